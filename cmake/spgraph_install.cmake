@@ -1,0 +1,18 @@
+# Install the library, its headers and a CMake package so that find_package(spgraph CONFIG) works.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS spgraph EXPORT spgraphTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+foreach(dir memory kernels graphs scheduler)
+  install(DIRECTORY ${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/spgraph/${dir}
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh")
+endforeach()
+install(EXPORT spgraphTargets NAMESPACE spgraph:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/spgraph)
+configure_package_config_file(cmake/spgraphConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/spgraphConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/spgraph)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/spgraphConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/spgraphConfig.cmake ${PROJECT_BINARY_DIR}/spgraphConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/spgraph)

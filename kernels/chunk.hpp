@@ -1,0 +1,29 @@
+// What a chunk's kernels read from device memory each step.
+//
+// Graph-readiness rests on this: every value that changes from step to step is read through a
+// pointer into the pool's per-chunk metadata block, never passed by value (a kernel argument is
+// frozen when the graph is captured). Bucket sizes and layer settings are static and may be
+// passed by value. Layout of the metadata block: docs/memory.md.
+#pragma once
+
+#include <cstdint>
+
+namespace spg::kernels {
+
+/// @brief Per-step scalars of one chunk, for one compression ratio r (device memory).
+struct ChunkScalars {
+  std::int32_t num_requests;  ///< real requests, <= R_bucket
+  std::int32_t num_tokens;    ///< real tokens, <= T_bucket (== query_start_loc[num_requests])
+  std::int32_t n_rows;        ///< N = max_b(seq_len_b / r), 0 for r = 1
+  std::int32_t m_rows;        ///< M: kv workspace rows per request, >= N + max_b(gather_len_b)
+};
+
+/// @brief Device pointers to one chunk's per-request metadata (all int32, device memory).
+struct ChunkArrays {
+  const ChunkScalars* scalars;         ///< this layer's ratio's scalars
+  const std::int32_t* query_start_loc; ///< [R_bucket + 1]; entries past num_requests repeat num_tokens
+  const std::int32_t* seq_lens;        ///< [R_bucket]
+  const std::int32_t* gather_lens;     ///< [R_bucket], min(seq_len, query_len + W - 1)
+};
+
+}  // namespace spg::kernels

@@ -1,0 +1,24 @@
+// Test runner for both test binaries. The GPU binary (SPG_GPU_TESTS) exits with 77 when there is
+// no CUDA device, so CTest reports its tests as skipped, never as passed.
+#if __has_include(<catch2/catch_all.hpp>)
+#include <catch2/catch_session.hpp>
+#else
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#endif
+
+#include <cstdio>
+
+#ifdef SPG_GPU_TESTS
+#include "memory/resources.hpp"
+#endif
+
+int main(int argc, char* argv[]) {
+#ifdef SPG_GPU_TESTS
+  if (!spg::memory::cuda_device_available()) {
+    std::printf("spgraph GPU tests: no CUDA device found; skipping (exit code 77)\n");
+    return 77;
+  }
+#endif
+  return Catch::Session().run(argc, argv);
+}

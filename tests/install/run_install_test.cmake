@@ -1,0 +1,20 @@
+# Installs the build into a scratch prefix, then configures, builds and runs the consumer project.
+file(REMOVE_RECURSE ${SPG_WORK_DIR})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${SPG_BUILD_DIR} --prefix ${SPG_WORK_DIR}/prefix
+  RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "install failed (${rc})")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SPG_CONSUMER_SOURCE} -B ${SPG_WORK_DIR}/build
+  -DCMAKE_PREFIX_PATH=${SPG_WORK_DIR}/prefix RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer configure failed (${rc})")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${SPG_WORK_DIR}/build RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer build failed (${rc})")
+endif()
+execute_process(COMMAND ${SPG_WORK_DIR}/build/consumer RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer run failed (${rc})")
+endif()
