@@ -16,7 +16,10 @@ struct ChunkScalars {
   std::int32_t num_tokens;    ///< real tokens, <= T_bucket (== query_start_loc[num_requests])
   std::int32_t n_rows;        ///< N = max_b(seq_len_b / r), 0 for r = 1
   std::int32_t m_rows;        ///< M: kv workspace rows per request, >= N + max_b(gather_len_b)
+  std::int32_t new_rows;      ///< compressed rows this chunk completes (insert stage), 0 for r = 1
+  std::int32_t reserved[3];   ///< keeps the struct 32 bytes
 };
+static_assert(sizeof(ChunkScalars) == 32);
 
 /// @brief Device pointers to one chunk's per-request metadata (all int32, device memory).
 struct ChunkArrays {

@@ -48,7 +48,7 @@ ChunkMetaLayout ChunkMetaLayout::make(const PipelineConfig& config) {
     at += round4(words);
     return offset;
   };
-  m.scalars = take(kNumRatios * 4);
+  m.scalars = take(kNumRatios * kScalarWords);
   m.query_start_loc = take(R + 1);
   m.seq_lens = take(R);
   m.gather_lens = take(R);

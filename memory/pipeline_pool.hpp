@@ -23,13 +23,15 @@ namespace spg::memory {
 [[nodiscard]] constexpr int ratio_index(int r) noexcept { return r == 1 ? 0 : (r == 4 ? 1 : 2); }
 inline constexpr int kNumRatios = 3;
 inline constexpr int kRatios[kNumRatios] = {1, 4, 128};
+/// int32 words of one ratio's per-step scalars (spg::kernels::ChunkScalars is that size).
+inline constexpr int kScalarWords = 8;
 
 /// @brief Where each per-step array sits inside the chunk metadata block (int32 words).
 ///
 /// The host writes the block into pinned staging; the graph's first node copies it to the device
 /// block. Every offset is a multiple of 4 words (16 bytes).
 struct ChunkMetaLayout {
-  int scalars{0};                   ///< kNumRatios x ChunkScalars (4 words each)
+  int scalars{0};                   ///< kNumRatios x ChunkScalars (kScalarWords words each)
   int query_start_loc{0};           ///< [R + 1]
   int seq_lens{0};                  ///< [R]
   int gather_lens{0};               ///< [R]

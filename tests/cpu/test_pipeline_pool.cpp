@@ -56,7 +56,7 @@ TEST_CASE("chunk metadata layout holds every per-step array, 16-byte aligned", "
   const int R = config.max_requests;
   CHECK(m.swa_table_width == 1024);
   CHECK(m.compressed_table_width == 256);
-  CHECK(m.query_start_loc >= m.scalars + kNumRatios * 4);
+  CHECK(m.query_start_loc >= m.scalars + kNumRatios * kScalarWords);
   CHECK(m.seq_lens >= m.query_start_loc + R + 1);
   CHECK(m.swa_slots >= m.compressed_block_table[2] + R * m.compressed_table_width);
   CHECK(m.words >= m.compressed_slots[2] + ChunkMetaLayout::compressed_slot_capacity(config, 128));

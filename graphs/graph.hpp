@@ -1,0 +1,76 @@
+// RAII for CUDA graphs: a captured Graph, its instantiated GraphExec, and the CaptureGuard that
+// never leaves a stream stuck in capture mode.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+namespace spg::graphs {
+
+/// @brief Owns a cudaGraph_t (the captured, not yet instantiated, graph).
+class Graph {
+ public:
+  Graph() = default;
+  explicit Graph(cudaGraph_t g) noexcept : handle_(g) {}
+  ~Graph();
+  Graph(Graph&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
+  Graph& operator=(Graph&& o) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  [[nodiscard]] cudaGraph_t get() const noexcept { return handle_; }
+  [[nodiscard]] explicit operator bool() const noexcept { return handle_ != nullptr; }
+  /// Number of nodes (kernels, copies, memsets) in the graph.
+  [[nodiscard]] std::size_t node_count() const;
+
+ private:
+  cudaGraph_t handle_{nullptr};
+};
+
+/// @brief Owns a cudaGraphExec_t; only made by instantiating a Graph.
+class GraphExec {
+ public:
+  GraphExec() = default;
+  /// Instantiates and uploads `graph` to `stream` so that the first launch pays no upload.
+  /// @throws CudaError when instantiation or upload fails.
+  static GraphExec instantiate(const Graph& graph, cudaStream_t stream);
+  ~GraphExec();
+  GraphExec(GraphExec&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
+  GraphExec& operator=(GraphExec&& o) noexcept;
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+
+  [[nodiscard]] cudaGraphExec_t get() const noexcept { return handle_; }
+  [[nodiscard]] explicit operator bool() const noexcept { return handle_ != nullptr; }
+  /// The replay path: one launch, no checks beyond the returned status.
+  [[nodiscard]] cudaError_t launch(cudaStream_t stream) const noexcept { return cudaGraphLaunch(handle_, stream); }
+
+ private:
+  explicit GraphExec(cudaGraphExec_t e) noexcept : handle_(e) {}
+  cudaGraphExec_t handle_{nullptr};
+};
+
+/// @brief Begins a thread-local capture on a stream and ends it on every exit path.
+///
+/// `finish()` ends the capture and returns the graph; if the guard is destroyed first (an
+/// exception, an early return) it ends the capture and discards the half-made graph, so the
+/// stream is usable again.
+class CaptureGuard {
+ public:
+  /// @throws StateError for the legacy default stream (it cannot be captured) or a stream
+  ///         already capturing; CudaError when the capture cannot begin.
+  explicit CaptureGuard(cudaStream_t stream);
+  ~CaptureGuard();
+  CaptureGuard(const CaptureGuard&) = delete;
+  CaptureGuard& operator=(const CaptureGuard&) = delete;
+
+  /// Ends the capture. @throws CudaError if anything recorded during the capture failed.
+  [[nodiscard]] Graph finish();
+
+ private:
+  cudaStream_t stream_;
+  bool active_{false};
+};
+
+}  // namespace spg::graphs

@@ -1,0 +1,39 @@
+// AllocationCounter: counts every CUDA allocation and free call in the process, through CUPTI.
+//
+// This is how spgraph proves its central promise: after warm-up, a step makes no allocation.
+// It subscribes to the runtime and driver API callbacks whose names allocate or free device,
+// host-pinned, managed, async-pool or virtual memory (cudaMalloc*, cudaHostAlloc, cudaFree*,
+// cuMemAlloc*, cuMemHostAlloc, cuMemCreate, cuMemRelease, cuMemFree*), and nothing else, so the
+// other API calls stay cheap. A runtime call counts once for the runtime and again for the
+// driver call beneath it: `count()` is the sum, and any non-zero count is a failure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace spg::memory {
+
+class AllocationCounter {
+ public:
+  /// The process-wide counter (CUPTI allows one subscriber); subscribes on first use.
+  /// @throws Error when CUPTI cannot subscribe (another tool already holds the subscription).
+  static AllocationCounter& instance();
+
+  /// Calls counted since the last reset().
+  [[nodiscard]] std::uint64_t count() const noexcept;
+  void reset() noexcept;
+  /// Names of the API functions counted since the last reset (first 16 distinct).
+  [[nodiscard]] std::vector<std::string> names() const;
+  /// How many API callbacks the counter watches (for the report).
+  [[nodiscard]] int watched_callbacks() const noexcept { return watched_; }
+
+  AllocationCounter(const AllocationCounter&) = delete;
+  AllocationCounter& operator=(const AllocationCounter&) = delete;
+
+ private:
+  AllocationCounter();
+  int watched_{0};
+};
+
+}  // namespace spg::memory
