@@ -1,0 +1,129 @@
+// Executor: plans and allocates the pool, captures one CUDA graph per (program, chunk shape,
+// staging block), and replays them: one graph launch per step, no allocation (docs/graphs.md).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graphs/buckets.hpp"
+#include "graphs/chunk_input.hpp"
+#include "graphs/graph.hpp"
+#include "graphs/pipeline.hpp"
+#include "kernels/step_status.hpp"
+#include "memory/buffer_pool.hpp"
+#include "memory/pipeline_config.hpp"
+#include "memory/resources.hpp"
+
+namespace spg::graphs {
+
+/// @brief How an executor is set up.
+struct ExecutorOptions {
+  std::vector<int> r_buckets;               ///< empty: BucketSet::make_default
+  std::vector<int> t_buckets;               ///< empty: BucketSet::make_default
+  std::vector<std::vector<int>> programs;   ///< layer lists; empty: one program of every layer
+  bool insert{true};                        ///< record stage 0 (quantize new K rows into the caches)
+  bool capture{true};                       ///< false: eager only (debugging); run() then fails
+};
+
+/// @brief What warm-up did and what it holds (table D of docs/benchmarks.md).
+struct WarmupReport {
+  int graphs{0};
+  int buckets{0};
+  int programs{0};
+  double eager_ms{0};                ///< one eager run of every bucket
+  double capture_ms{0};              ///< capture + instantiate + upload of every graph
+  std::int64_t graph_device_bytes{0};///< cudaMemGetInfo delta across capture and instantiation
+  std::size_t pool_device_bytes{0};
+  std::size_t pool_pinned_bytes{0};
+  int pool_allocation_calls{0};
+  int kernel_launches_per_step{0};   ///< of program 0 at its largest bucket
+};
+
+enum class RunStatus {
+  ok,
+  no_bucket,       ///< more requests or tokens than the largest bucket
+  bad_chunk,       ///< lengths, block tables or slots inconsistent with the config (nothing written)
+  bad_program,     ///< no such program
+  not_warmed_up,   ///< warmup() has not run (or capture was disabled for run())
+  cuda_error,      ///< a CUDA call failed; see RunResult::cuda
+};
+
+struct RunResult {
+  RunStatus status{RunStatus::ok};
+  cudaError_t cuda{cudaSuccess};
+  int bucket{-1};
+  [[nodiscard]] bool ok() const noexcept { return status == RunStatus::ok; }
+};
+
+[[nodiscard]] const char* run_status_name(RunStatus s) noexcept;
+
+class Executor {
+ public:
+  /// Validates the config and options, plans the pool and allocates it (the only allocations
+  /// the executor ever makes, with the graphs' own at warm-up).
+  /// @throws InvalidArgument, CapacityError, CudaError.
+  explicit Executor(memory::PipelineConfig config, ExecutorOptions options = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  /// Runs every bucket of every program once eagerly, captures them all (largest first),
+  /// instantiates and uploads, then seals the pool. @throws on any failure, leaving no capture open.
+  WarmupReport warmup();
+
+  /// The replay path: fills a staging block, launches the chunk's graph, returns. Never throws,
+  /// never allocates, never waits except when the host is two steps ahead of the device.
+  [[nodiscard]] RunResult run(const ChunkInput& chunk, int program = 0) noexcept;
+  /// The same recording launched kernel by kernel, for comparison and debugging.
+  [[nodiscard]] RunResult run_eager(const ChunkInput& chunk, int program = 0) noexcept;
+
+  /// Waits for all submitted steps. @throws CudaError.
+  void synchronize() const;
+  /// Copies the last completed step's fault counters to the host (synchronizes first).
+  [[nodiscard]] kernels::StepStatus read_status() const;
+
+  [[nodiscard]] const memory::PipelineConfig& config() const noexcept { return config_; }
+  [[nodiscard]] const BucketSet& buckets() const noexcept { return buckets_; }
+  [[nodiscard]] memory::BufferPool& pool() noexcept { return pool_; }
+  [[nodiscard]] const memory::BufferPool& pool() const noexcept { return pool_; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }
+  [[nodiscard]] int programs() const noexcept { return static_cast<int>(programs_.size()); }
+  [[nodiscard]] const std::vector<int>& program_layers(int p) const { return programs_.at(static_cast<std::size_t>(p)); }
+  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] std::uint64_t host_waits() const noexcept { return host_waits_; }
+
+ private:
+  struct Entry {
+    std::unique_ptr<Pipeline> pipeline;
+    GraphExec exec[2];  // one per staging block
+  };
+  Entry* entry(int program, int bucket) noexcept {
+    return &entries_[static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
+                     static_cast<std::size_t>(bucket)];
+  }
+  /// Checks the chunk and fills staging block `s`; writes nothing unless the chunk is valid.
+  RunStatus write_staging(const ChunkInput& chunk, int program, int s) noexcept;
+  RunResult launch(const ChunkInput& chunk, int program, bool graph) noexcept;
+
+  memory::PipelineConfig config_;
+  ExecutorOptions options_;
+  BucketSet buckets_;
+  std::vector<std::vector<int>> programs_;
+  std::vector<int> program_ratios_;  // bit i set: program uses ratio kRatios[i]
+  memory::BufferPool pool_;
+  memory::ChunkMetaLayout meta_;
+  memory::Stream stream_;
+  memory::Event staged_[2];  // recorded after the launch that read staging block s
+  bool staged_pending_[2]{false, false};
+  std::vector<Entry> entries_;
+  void* attention_workspace_{nullptr};
+  bool warmed_up_{false};
+  std::uint64_t steps_{0};
+  std::uint64_t host_waits_{0};
+};
+
+}  // namespace spg::graphs
