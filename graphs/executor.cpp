@@ -121,7 +121,7 @@ WarmupReport Executor::warmup() {
 
   // One eager pass over every shape with an empty chunk: loads every kernel and checks every launch.
   const ChunkInput empty{};
-  const RunStatus st = write_staging(empty, 0, 0);
+  const RunStatus st = write_staging(empty, 0, 0, 0);
   SPG_EXPECTS_AS(StateError, st == RunStatus::ok, "warm-up: the empty chunk was refused: " << run_status_name(st));
   auto t0 = std::chrono::steady_clock::now();
   for (auto& e : entries_) SPG_CUDA_TRY(e.pipeline->record(0, stream()));
@@ -159,7 +159,7 @@ WarmupReport Executor::warmup() {
   return report;
 }
 
-RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int s) noexcept {
+RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int bucket, int s) noexcept {
   const int n = static_cast<int>(chunk.requests.size());
   if (n > config_.max_requests) return RunStatus::no_bucket;
   const int mask = program_ratios_[static_cast<std::size_t>(program)];
@@ -182,8 +182,10 @@ RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int s) n
   if (options_.insert && n > 0) {
     if (chunk.swa_slots.size() != static_cast<std::size_t>(tokens)) return RunStatus::bad_chunk;
     for (int i = 1; i < kNumRatios; ++i) {
-      if ((mask >> i & 1) && chunk.compressed_slots[i].size() >
-                                 static_cast<std::size_t>(memory::ChunkMetaLayout::compressed_slot_capacity(config_, kRatios[i]))) {
+      // The bucket's insert launch covers min(T_bucket / r + R_bucket, capacity) rows.
+      const int rows = std::min(buckets_.t_of(bucket) / kRatios[i] + buckets_.r_of(bucket),
+                                memory::ChunkMetaLayout::compressed_slot_capacity(config_, kRatios[i]));
+      if ((mask >> i & 1) && chunk.compressed_slots[i].size() > static_cast<std::size_t>(rows)) {
         return RunStatus::bad_chunk;
       }
     }
@@ -252,8 +254,8 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph) noe
     return result;
   }
   const int s = static_cast<int>(steps_ & 1);
-  // The staging hazard: block s was last read by the launch two steps ago. Wait for it only if the
-  // device has not copied it yet (the host is two steps ahead).
+  // The staging hazard: block s was last read by the launch two steps ago. Its event is recorded
+  // after that whole launch, so the host waits only when it is two full steps ahead of the device.
   if (staged_pending_[s]) {
     cudaError_t q = cudaEventQuery(staged_[s].get());
     if (q == cudaErrorNotReady) {
@@ -267,7 +269,7 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph) noe
     }
     staged_pending_[s] = false;
   }
-  result.status = write_staging(chunk, program, s);
+  result.status = write_staging(chunk, program, result.bucket, s);
   if (result.status != RunStatus::ok) return result;
   Entry* e = entry(program, result.bucket);
   cudaError_t err = graph ? e->exec[s].launch(stream()) : e->pipeline->record(s, stream());

@@ -105,8 +105,9 @@ class Executor {
     return &entries_[static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
                      static_cast<std::size_t>(bucket)];
   }
-  /// Checks the chunk and fills staging block `s`; writes nothing unless the chunk is valid.
-  RunStatus write_staging(const ChunkInput& chunk, int program, int s) noexcept;
+  /// Checks the chunk against the config and its bucket, then fills staging block `s`; writes
+  /// nothing unless the chunk is valid.
+  RunStatus write_staging(const ChunkInput& chunk, int program, int bucket, int s) noexcept;
   RunResult launch(const ChunkInput& chunk, int program, bool graph) noexcept;
 
   memory::PipelineConfig config_;

@@ -157,13 +157,16 @@ Pipeline::Pipeline(const PipelineConfig& config, const memory::BufferPool& pool,
     a.lse = pool.span<float>(slot("lse"), o_elems).data();
     a.max_logits = pool.span<float>(slot("max_logits"), o_elems).data();
     kernels::SparseMla::can_implement(a);
+    launch.attention_split = kernels::SparseMla::plan(a).split;  // + a merge kernel
     layers_.push_back(launch);
   }
 }
 
 int Pipeline::kernel_launches() const noexcept {
   int n = 0;
-  for (const LayerLaunches& l : layers_) n += 3 + (l.insert_swa ? 1 : 0) + (l.insert_compressed ? 1 : 0);
+  for (const LayerLaunches& l : layers_) {
+    n += 3 + (l.insert_swa ? 1 : 0) + (l.insert_compressed ? 1 : 0) + (l.attention_split ? 1 : 0);
+  }
   return n;
 }
 

@@ -30,6 +30,7 @@ struct LayerLaunches {
   kernels::KvGatherArgs gather{};
   kernels::CombineIndicesArgs combine{};
   kernels::SparseMlaArgs attention{};
+  bool attention_split{false};  ///< the split-top-k path: partial and merge kernels
 };
 
 /// @brief A layer program's stages prepared for one (R_bucket, T_bucket).

@@ -14,7 +14,7 @@
 namespace spg::memory {
 
 namespace detail {
-/// Reports a failed release from a destructor: stderr once per call site, never a throw.
+/// Reports a failed release from a destructor on stderr (unloading runtime excepted), never a throw.
 void report_release_failure(const char* what, cudaError_t status) noexcept;
 }  // namespace detail
 

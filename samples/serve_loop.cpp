@@ -1,19 +1,50 @@
-// serve_loop: spgraph's main job. Plans the buffer pool for a layer program; with a CUDA device it
-// runs the graph-replay serving loop, without one it says so and prints the plan.
+// serve_loop: spgraph's main job. A synthetic stream of prompts is prefilled chunk by chunk by the
+// scheduler and the graph executor (one graph launch per chunk), then a report is printed.
+// Without a CUDA device it says so and prints the planned pool (the CPU-side planner).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
+#include <vector>
 
+#include "graphs/executor.hpp"
+#include "kernels/synthetic_front/synthetic_front.hpp"
+#include "memory/allocation_counter.hpp"
 #include "memory/error.hpp"
 #include "memory/pipeline_config.hpp"
 #include "memory/pipeline_pool.hpp"
 #include "memory/resources.hpp"
+#include "samples/bench/report.hpp"
+#include "samples/serve_loop_verify.hpp"
+#include "scheduler/prefill_scheduler.hpp"
+#include "scheduler/workload.hpp"
 
 namespace {
 
+using spg::scheduler::ArrivalPattern;
+using spg::scheduler::LengthDistribution;
+
 struct Options {
   bool plan_only{false};
+  bool eager{false};
+  bool progress{true};
+  long steps{1000};
+  int verify{0};
+  std::string json;
+  std::uint64_t seed{1};
+  int requests{256};
+  int min_len{1024};
+  int max_len{65536};
+  LengthDistribution lengths{LengthDistribution::log_normal};
+  ArrivalPattern arrivals{ArrivalPattern::all_at_once};
+  double rate{1.0};
+  int budget{8192};
   int max_requests{4};
   int max_tokens{2048};
   int max_model_len{65536};
@@ -21,11 +52,27 @@ struct Options {
 
 void print_help() {
   std::printf(
-      "usage: serve_loop [--plan] [--max-requests R] [--max-tokens T] [--max-model-len L]\n"
-      "  --plan              print the pool plan for the config and exit (no GPU needed)\n"
-      "  --max-requests R    requests per chunk, 1..64 (default 4)\n"
-      "  --max-tokens T      tokens per chunk, 1..65536 (default 2048)\n"
-      "  --max-model-len L   longest sequence, 1..1048576 (default 65536)\n");
+      "usage: serve_loop [flags]\n"
+      "Prefills a synthetic stream of prompts through the V4 layer program (4 C4A, 2 C128A, 2 SWA\n"
+      "layers), one CUDA graph launch per chunk, and reports throughput and step times.\n\n"
+      "  --steps N            scheduler steps to run, 1..10000000 (default 1000)\n"
+      "  --mode graph|eager   replay captured graphs (default) or launch the same kernels eagerly\n"
+      "  --verify N           check N sampled chunks end to end against the CPU references (default 0)\n"
+      "  --json FILE          also write the report as JSON records\n"
+      "  --plan               print the layer program, buckets and pool plan, then exit (no GPU needed)\n"
+      "  --seed S             workload and model-front seed (default 1)\n"
+      "  --requests N         requests per workload batch, 1..1000000 (default 256; a new batch arrives\n"
+      "                       whenever the previous one has finished)\n"
+      "  --min-len L          shortest prompt, 1..max-model-len (default 1024)\n"
+      "  --max-len L          longest prompt, min-len..max-model-len (default 65536)\n"
+      "  --lengths uniform|log-normal   prompt length distribution (default log-normal)\n"
+      "  --arrivals all|poisson         arrival pattern (default all)\n"
+      "  --rate R             Poisson arrivals per step, > 0 (default 1)\n"
+      "  --budget B           max_num_batched_tokens per step, >= 1 (default 8192)\n"
+      "  --max-requests R     requests per chunk, 1..64 (default 4)\n"
+      "  --max-tokens T       tokens per chunk, 16..65536 (default 2048)\n"
+      "  --max-model-len L    longest sequence, 1..1048576 (default 65536)\n"
+      "  --no-progress        no progress bar\n");
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -33,64 +80,355 @@ void print_help() {
   std::exit(2);
 }
 
-int parse_int(const char* flag, const char* value, int lo, int hi) {
-  if (value == nullptr) usage_error(std::string(flag) + " needs a value in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+long parse_long(const char* flag, const char* value, long lo, long hi) {
+  char bounds_buf[64];
+  std::snprintf(bounds_buf, sizeof bounds_buf, "[%ld, %ld]", lo, hi);
+  const std::string bounds = bounds_buf;
+  if (value == nullptr) usage_error(std::string(flag) + " needs an integer in " + bounds);
   char* end = nullptr;
   const long v = std::strtol(value, &end, 10);
-  if (*end != '\0' || v < lo || v > hi) {
-    usage_error(std::string(flag) + " = '" + value + "' must be an integer in [" + std::to_string(lo) + ", " +
-                std::to_string(hi) + "]");
+  if (*end != '\0' || end == value || v < lo || v > hi) {
+    usage_error(std::string(flag) + " = '" + value + "' must be an integer in " + bounds);
   }
-  return static_cast<int>(v);
+  return v;
 }
 
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
-    const char* a = argv[i];
+    const std::string a = argv[i];
     const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0) {
+    auto take_int = [&](long lo, long hi) {
+      ++i;
+      return parse_long(a.c_str(), next, lo, hi);
+    };
+    if (a == "--help" || a == "-h") {
       print_help();
       std::exit(0);
-    } else if (std::strcmp(a, "--plan") == 0) {
+    } else if (a == "--plan") {
       o.plan_only = true;
-    } else if (std::strcmp(a, "--max-requests") == 0) {
-      o.max_requests = parse_int(a, next, 1, 64);
+    } else if (a == "--no-progress") {
+      o.progress = false;
+    } else if (a == "--steps") {
+      o.steps = take_int(1, 10000000);
+    } else if (a == "--verify") {
+      o.verify = static_cast<int>(take_int(0, 100000));
+    } else if (a == "--seed") {
+      o.seed = static_cast<std::uint64_t>(take_int(0, 1L << 62));
+    } else if (a == "--requests") {
+      o.requests = static_cast<int>(take_int(1, 1000000));
+    } else if (a == "--min-len") {
+      o.min_len = static_cast<int>(take_int(1, 1 << 20));
+    } else if (a == "--max-len") {
+      o.max_len = static_cast<int>(take_int(1, 1 << 20));
+    } else if (a == "--budget") {
+      o.budget = static_cast<int>(take_int(1, 1 << 24));
+    } else if (a == "--max-requests") {
+      o.max_requests = static_cast<int>(take_int(1, 64));
+    } else if (a == "--max-tokens") {
+      o.max_tokens = static_cast<int>(take_int(16, 65536));
+    } else if (a == "--max-model-len") {
+      o.max_model_len = static_cast<int>(take_int(1, 1 << 20));
+    } else if (a == "--mode" || a == "--lengths" || a == "--arrivals" || a == "--json" || a == "--rate") {
+      if (next == nullptr) usage_error(a + " needs a value");
       ++i;
-    } else if (std::strcmp(a, "--max-tokens") == 0) {
-      o.max_tokens = parse_int(a, next, 1, 65536);
-      ++i;
-    } else if (std::strcmp(a, "--max-model-len") == 0) {
-      o.max_model_len = parse_int(a, next, 1, 1 << 20);
-      ++i;
+      const std::string v = next;
+      if (a == "--mode") {
+        if (v != "graph" && v != "eager") usage_error("--mode = '" + v + "' must be graph or eager");
+        o.eager = v == "eager";
+      } else if (a == "--lengths") {
+        try {
+          o.lengths = spg::scheduler::parse_length_distribution(v);
+        } catch (const spg::Error&) {
+          usage_error("--lengths = '" + v + "' must be uniform or log-normal");
+        }
+      } else if (a == "--arrivals") {
+        try {
+          o.arrivals = spg::scheduler::parse_arrival_pattern(v);
+        } catch (const spg::Error&) {
+          usage_error("--arrivals = '" + v + "' must be all or poisson");
+        }
+      } else if (a == "--json") {
+        o.json = v;
+      } else {
+        char* end = nullptr;
+        o.rate = std::strtod(next, &end);
+        if (*end != '\0' || !(o.rate > 0.0) || !std::isfinite(o.rate)) usage_error("--rate = '" + v + "' must be > 0");
+      }
     } else {
-      usage_error(std::string("unknown flag '") + a + "'");
+      usage_error("unknown flag '" + a + "'");
     }
   }
+  if (o.max_len > o.max_model_len) {
+    usage_error("--max-len = " + std::to_string(o.max_len) + " must be at most --max-model-len = " +
+                std::to_string(o.max_model_len));
+  }
+  if (o.min_len > o.max_len) {
+    usage_error("--min-len = " + std::to_string(o.min_len) + " must be at most --max-len = " + std::to_string(o.max_len));
+  }
+  if (o.budget < 16) usage_error("--budget = " + std::to_string(o.budget) + " must be at least the smallest bucket, 16");
   return o;
+}
+
+spg::memory::PipelineConfig make_config(const Options& o) {
+  spg::memory::PipelineConfig c = spg::memory::PipelineConfig::v4_default();
+  c.max_requests = o.max_requests;
+  c.max_tokens = o.max_tokens;
+  c.max_model_len = o.max_model_len;
+  c.cache.swa_blocks = 2 * c.max_requests * c.swa_blocks_per_request();
+  c.cache.compressed_blocks = 2 * c.max_requests * c.compressed_blocks_per_request();
+  return c;
+}
+
+void print_plan(const spg::memory::PipelineConfig& config) {
+  const auto plan = spg::memory::plan_pipeline_pool(config);
+  std::printf("layer program: %zu layers (R = %d, T = %d, max_model_len = %d)\n", config.layers.size(),
+              config.max_requests, config.max_tokens, config.max_model_len);
+  for (std::size_t i = 0; i < config.layers.size(); ++i) {
+    std::printf("  layer %zu: %s\n", i, config.layers[i].label().c_str());
+  }
+  std::printf("buckets: %s\n\n%s", spg::graphs::BucketSet::make_default(config.max_requests, config.max_tokens).describe().c_str(),
+              plan.table().c_str());
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const std::size_t i = static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size() - 1), p * static_cast<double>(v.size())));
+  return v[i];
+}
+
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+class Progress {
+ public:
+  Progress(long total, bool enabled) : total_(total), enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
+  void update(long done) {
+    if (!enabled_) return;
+    const int pct = static_cast<int>(100 * done / total_);
+    if (pct == last_ || (!tty_ && pct % 10 != 0)) return;
+    last_ = pct;
+    if (tty_) {
+      const int width = 40;
+      const int fill = pct * width / 100;
+      std::fprintf(stderr, "\r[%.*s%*s] %3d%% (%ld/%ld steps)", fill, "########################################",
+                   width - fill, "", pct, done, total_);
+      if (done == total_) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "progress: %d%% (%ld/%ld steps)\n", pct, done, total_);
+    }
+  }
+
+ private:
+  long total_;
+  bool enabled_;
+  bool tty_;
+  int last_{-1};
+};
+
+int run(const Options& opt) {
+  using namespace spg;
+  const memory::PipelineConfig config = make_config(opt);
+  memory::AllocationCounter& counter = memory::AllocationCounter::instance();
+
+  std::printf("serve_loop: %s mode, %ld steps, budget %d tokens/step, chunks of <= %d requests x %d tokens\n",
+              opt.eager ? "eager" : "graph", opt.steps, opt.budget, config.max_requests, config.max_tokens);
+  graphs::Executor ex(config, graphs::ExecutorOptions{});
+  const graphs::WarmupReport warm = ex.warmup();
+  std::printf("warm-up: %d graphs (%d shapes x 2 staging blocks) captured in %.1f ms; graphs hold %.1f MiB, pool %.2f GiB "
+              "device + %.1f KiB pinned in %d allocations\n",
+              warm.graphs, warm.buckets, warm.capture_ms, static_cast<double>(warm.graph_device_bytes) / (1 << 20),
+              static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
+              warm.pool_allocation_calls);
+
+  // The model front's fixed part: query rows (random, once) and the sinks.
+  for (std::size_t l = 0; l < config.layers.size(); ++l) {
+    const auto& layer = config.layers[l];
+    const std::size_t elems = std::size_t{1} * config.max_tokens * layer.h_q * layer.d_qk;
+    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(
+        ex.pool().span<__nv_bfloat16>(memory::slots::layer_slot(l, "q"), elems).data(), elems, opt.seed,
+        static_cast<int>(l), ex.stream()));
+    if (layer.attn_sink) {
+      std::vector<float> sink(static_cast<std::size_t>(layer.h_q));
+      for (std::size_t h = 0; h < sink.size(); ++h) {
+        sink[h] = 4.0F * kernels::front_q_value(opt.seed + 7, static_cast<int>(l), h);
+      }
+      SPG_CUDA_TRY(cudaMemcpy(ex.pool().span<float>(memory::slots::layer_slot(l, "attn_sink"), sink.size()).data(),
+                              sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
+    }
+  }
+  ex.synchronize();
+
+  scheduler::SchedulerConfig sc;
+  sc.max_num_batched_tokens = opt.budget;
+  scheduler::PrefillScheduler sched(config, sc);
+  scheduler::WorkloadConfig wc;
+  wc.num_requests = opt.requests;
+  wc.min_prompt_len = opt.min_len;
+  wc.max_prompt_len = opt.max_len;
+  wc.lengths = opt.lengths;
+  wc.arrivals = opt.arrivals;
+  wc.arrival_rate = opt.rate;
+  std::printf("workload: %s\n", wc.describe().c_str());
+
+  samples::Verifier verifier(ex, opt.seed);
+  constexpr int kRing = 64;  // GPU-time events: read back 64 chunks later, never waited on early
+  std::vector<memory::Event> ev_start;
+  std::vector<memory::Event> ev_stop;
+  for (int i = 0; i < kRing; ++i) {
+    ev_start.emplace_back();
+    ev_stop.emplace_back();
+  }
+  std::vector<double> host_us;
+  std::vector<double> step_host_us;
+  std::vector<double> gpu_us;
+  std::vector<int> verify_at;
+  long long chunks = 0;
+  long long tokens = 0;
+  long long padded = 0;
+  long long graph_hits = 0;
+  long long eager_runs = 0;
+  long long finished = 0;
+  std::int64_t next_id = 0;
+  int batch = 0;
+  const long verify_every = opt.verify > 0 ? std::max<long>(1, opt.steps / opt.verify) : 0;
+  Progress progress(opt.steps, opt.progress);
+
+  counter.reset();
+  const auto t_start = std::chrono::steady_clock::now();
+  for (long step = 0; step < opt.steps; ++step) {
+    const auto s0 = std::chrono::steady_clock::now();
+    if (sched.done()) {
+      wc.seed = opt.seed * 1000003ULL + static_cast<std::uint64_t>(batch++);
+      wc.first_step = sched.next_step();
+      auto reqs = scheduler::make_workload(wc);
+      for (auto& r : reqs) r.id = next_id++;
+      sched.submit(reqs);
+    }
+    const scheduler::StepPlan plan = sched.schedule();
+    finished += static_cast<long long>(plan.finished.size());
+    for (const scheduler::ChunkPlan& cp : plan.chunks) {
+      const samples::ChunkView view(cp, config);
+      kernels::SyntheticFrontArgs front = view.front_args(ex, opt.seed, static_cast<std::uint64_t>(chunks));
+      const bool verify_this = verify_every > 0 && step % verify_every == 0 &&
+                               static_cast<int>(verify_at.size()) < opt.verify && cp.num_tokens > 0;
+      if (verify_this) verifier.before(view);
+      SPG_CUDA_TRY(kernels::SyntheticFront::run(front, ex.stream()));
+      const int slot = static_cast<int>(chunks % kRing);
+      if (chunks >= kRing) {
+        ev_stop[static_cast<std::size_t>(slot)].synchronize();
+        gpu_us.push_back(1000.0 * ev_stop[static_cast<std::size_t>(slot)].elapsed_ms_since(ev_start[static_cast<std::size_t>(slot)]));
+      }
+      ev_start[static_cast<std::size_t>(slot)].record(ex.stream());
+      const auto h0 = std::chrono::steady_clock::now();
+      graphs::RunResult r = opt.eager ? ex.run_eager(view.input()) : ex.run(view.input());
+      const auto h1 = std::chrono::steady_clock::now();
+      if (r.status == graphs::RunStatus::no_bucket && !opt.eager) {
+        r = ex.run_eager(view.input());  // never expected: the largest bucket is the chunk limit
+        ++eager_runs;
+      } else if (!opt.eager) {
+        ++graph_hits;
+      } else {
+        ++eager_runs;
+      }
+      if (!r.ok()) {
+        std::fprintf(stderr, "serve_loop: step %ld chunk failed: %s (%s)\n", step, graphs::run_status_name(r.status),
+                     cudaGetErrorName(r.cuda));
+        return 1;
+      }
+      ev_stop[static_cast<std::size_t>(slot)].record(ex.stream());
+      host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count());
+      padded += ex.buckets().t_of(r.bucket) - cp.num_tokens;
+      tokens += cp.num_tokens;
+      if (verify_this) {
+        verifier.after(view, r.bucket, static_cast<std::uint64_t>(chunks));
+        verify_at.push_back(static_cast<int>(step));
+      }
+      ++chunks;
+    }
+    step_host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count());
+    progress.update(step + 1);
+  }
+  ex.synchronize();
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  for (long long c = std::max<long long>(0, chunks - kRing); c < chunks; ++c) {
+    const auto slot = static_cast<std::size_t>(c % kRing);
+    gpu_us.push_back(1000.0 * ev_stop[slot].elapsed_ms_since(ev_start[slot]));
+  }
+  const std::uint64_t allocations = counter.count();
+  const kernels::StepStatus status = ex.read_status();
+
+  const double tokens_per_s = static_cast<double>(tokens) / wall_s;
+  const double waste = tokens > 0 ? static_cast<double>(padded) / static_cast<double>(tokens) : 0.0;
+  std::printf("\n== serve_loop report (%s mode) ==\n", opt.eager ? "eager" : "graph");
+  std::printf("  steps                      %ld (%lld chunks, %lld requests finished)\n", opt.steps, chunks, finished);
+  std::printf("  prompt tokens              %lld in %.2f s: %.0f tokens/s\n", tokens, wall_s, tokens_per_s);
+  std::printf("  host time per chunk launch p50 %.2f us, p99 %.2f us\n", percentile(host_us, 0.5), percentile(host_us, 0.99));
+  std::printf("  host time per step         p50 %.2f us, p99 %.2f us (scheduler + model front + launches)\n",
+              percentile(step_host_us, 0.5), percentile(step_host_us, 0.99));
+  std::printf("  GPU time per chunk         p50 %.1f us, p99 %.1f us\n", percentile(gpu_us, 0.5), percentile(gpu_us, 0.99));
+  std::printf("  graph hits / eager runs    %lld / %lld\n", graph_hits, eager_runs);
+  std::printf("  padding waste              %.2f%% (%lld padded / %lld real tokens)\n", 100 * waste, padded, tokens);
+  std::printf("  CUDA allocation calls      %llu after warm-up (CUPTI, %d callbacks watched)\n",
+              static_cast<unsigned long long>(allocations), counter.watched_callbacks());
+  std::printf("  pool                       %.2f GiB device, %.1f KiB pinned; graphs %.1f MiB; capture %.1f ms\n",
+              static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
+              static_cast<double>(warm.graph_device_bytes) / (1 << 20), warm.capture_ms);
+  std::printf("  device faults (last step)  %llu\n", static_cast<unsigned long long>(status.total()));
+  if (opt.verify > 0) {
+    std::printf("  verified chunks            %d passed, %d failed\n", verifier.passed(), verifier.failed());
+  }
+
+  if (!opt.json.empty()) {
+    bench::Reporter rep;
+    const std::string name = "serve_loop/default";
+    const std::string variant = opt.eager ? "spgraph-eager" : "spgraph-graph";
+    auto add = [&](const char* metric, double v) { rep.add({"executor", name, variant, metric, v}); };
+    add("steps", static_cast<double>(opt.steps));
+    add("tokens_per_s", tokens_per_s);
+    add("host_us_p50", percentile(host_us, 0.5));
+    add("host_us_p99", percentile(host_us, 0.99));
+    add("step_host_us_p50", percentile(step_host_us, 0.5));
+    add("step_host_us_p99", percentile(step_host_us, 0.99));
+    add("gpu_us_p50", percentile(gpu_us, 0.5));
+    add("gpu_us_p99", percentile(gpu_us, 0.99));
+    add("graph_hits", static_cast<double>(graph_hits));
+    add("eager_runs", static_cast<double>(eager_runs));
+    add("padding_waste", waste);
+    add("alloc_calls", static_cast<double>(allocations));
+    add("capture_ms", warm.capture_ms);
+    add("graph_mib", static_cast<double>(warm.graph_device_bytes) / (1 << 20));
+    add("pool_gib", static_cast<double>(warm.pool_device_bytes) / (1 << 30));
+    if (opt.verify > 0) add("verify_failed", verifier.failed());
+    const char* commit = std::getenv("SPGRAPH_COMMIT");
+    rep.write_json(opt.json, commit != nullptr ? commit : "unknown", today());
+  }
+  const bool ok = allocations == 0 && verifier.failed() == 0;
+  return ok ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
-  spg::memory::PipelineConfig config = spg::memory::PipelineConfig::v4_default();
-  config.max_requests = opt.max_requests;
-  config.max_tokens = opt.max_tokens;
-  config.max_model_len = opt.max_model_len;
   try {
-    const auto plan = spg::memory::plan_pipeline_pool(config);
-    const bool have_gpu = spg::memory::cuda_device_available();
-    if (!have_gpu && !opt.plan_only) {
-      std::printf("serve_loop: no CUDA device found; printing the planned buffer pool instead (CPU-side planner).\n\n");
+    const spg::memory::PipelineConfig config = make_config(opt);
+    config.validate();
+    if (opt.plan_only) {
+      print_plan(config);
+      return 0;
     }
-    std::printf("layer program: %zu layers (R = %d, T = %d, max_model_len = %d)\n", config.layers.size(),
-                config.max_requests, config.max_tokens, config.max_model_len);
-    for (std::size_t i = 0; i < config.layers.size(); ++i) {
-      std::printf("  layer %zu: %s\n", i, config.layers[i].label().c_str());
+    if (!spg::memory::cuda_device_available()) {
+      std::printf("serve_loop: no CUDA device found; running the CPU-side planner instead.\n\n");
+      print_plan(config);
+      return 0;
     }
-    std::printf("\n%s", plan.table().c_str());
-    return 0;
+    return run(opt);
   } catch (const spg::InvalidArgument& e) {
     std::fprintf(stderr, "serve_loop: invalid configuration: %s\n", e.what());
     return 2;

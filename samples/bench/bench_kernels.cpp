@@ -1,0 +1,395 @@
+// Table C of docs/benchmarks.md: see bench_kernels.hpp.
+//
+// Inputs rotate over several sets (caches, block tables, outputs) so that each timed call starts
+// with an L2 that does not already hold its data, as in a real step where the cache rows were
+// written long before. The caches hold real quantized rows (filled through KvInsert).
+#include "samples/bench/bench_kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/chunk.hpp"
+#include "kernels/combine_indices/combine_indices.hpp"
+#include "kernels/kv_cache/kv_cache.hpp"
+#include "kernels/reference/combine_indices_reference.hpp"
+#include "kernels/reference/kv_cache_reference.hpp"
+#include "kernels/step_status.hpp"
+#include "memory/error.hpp"
+#include "memory/resources.hpp"
+
+namespace spg::bench {
+
+namespace {
+
+using memory::DeviceBuffer;
+using namespace spg::kernels;
+
+// The "large" workload of table B and its layer: 4 requests x 2048 new tokens, prefix 32768, C4A.
+constexpr int kRequests = 4;
+constexpr int kNewTokens = 2048;
+constexpr int kPrefix = 32768;
+constexpr int kRatio = 4;
+constexpr int kWindow = 128;
+constexpr int kTopKLarge = 1024;
+constexpr int kSwaBlock = 64;
+constexpr int kBlockTokens = 256;
+constexpr int kMaxModelLen = 65536;
+constexpr double kGB = 1e9;
+
+template <class T>
+T* at(const DeviceBuffer& b, std::size_t offset_elems = 0) {
+  return static_cast<T*>(b.data()) + offset_elems;
+}
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& host) {
+  DeviceBuffer d(host.size() * sizeof(T));
+  SPG_CUDA_TRY(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+/// bf16 bits of K-like rows: normal values scaled per 64-value tile by 2^k, k in [-8, 8].
+std::vector<std::uint16_t> random_rows(std::mt19937& rng, std::size_t rows) {
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  std::uniform_int_distribution<int> exponent(-8, 8);
+  std::vector<std::uint16_t> out(rows * kKvDim);
+  for (std::size_t i = 0; i < out.size(); i += kKvTile) {
+    const float scale = std::ldexp(1.0F, exponent(rng));
+    for (int j = 0; j < kKvTile; ++j) out[i + std::size_t(j)] = reference::bf16_round(normal(rng) * scale);
+  }
+  return out;
+}
+
+/// One chunk's metadata in device memory (scalars, then query_start_loc, seq_lens, gather_lens).
+struct DeviceChunk {
+  reference::HostChunk host;
+  DeviceBuffer buffer;
+  ChunkArrays arrays{};
+};
+
+DeviceChunk make_chunk(int requests, int query_len, int prefix, int r) {
+  DeviceChunk c;
+  c.host.query_start_loc.resize(std::size_t(requests) + 1);
+  c.host.seq_lens.assign(std::size_t(requests), prefix + query_len);
+  c.host.gather_lens.assign(std::size_t(requests), std::min(prefix + query_len, query_len + kWindow - 1));
+  for (int b = 0; b <= requests; ++b) c.host.query_start_loc[std::size_t(b)] = b * query_len;
+  const int n = (prefix + query_len) / r;
+  c.host.scalars = ChunkScalars{requests, requests * query_len, n, n + c.host.gather_lens[0]};
+  std::vector<std::int32_t> words(sizeof(ChunkScalars) / 4 + 3 * std::size_t(requests) + 1);
+  std::memcpy(words.data(), &c.host.scalars, sizeof(ChunkScalars));
+  std::int32_t* w = words.data() + sizeof(ChunkScalars) / 4;
+  std::copy(c.host.query_start_loc.begin(), c.host.query_start_loc.end(), w);
+  std::copy(c.host.seq_lens.begin(), c.host.seq_lens.end(), w + requests + 1);
+  std::copy(c.host.gather_lens.begin(), c.host.gather_lens.end(), w + 2 * requests + 1);
+  c.buffer = upload(words);
+  const auto* scalars = at<const ChunkScalars>(c.buffer);
+  const std::int32_t* arrays = at<const std::int32_t>(c.buffer, sizeof(ChunkScalars) / 4);
+  c.arrays = ChunkArrays{scalars, arrays, arrays + requests + 1, arrays + 2 * requests + 1};
+  return c;
+}
+
+/// Fills every slot of a cache with quantized random rows, through KvInsert.
+void fill_cache(std::uint8_t* cache, const CacheLayout& layout, const DeviceBuffer& rows, int rows_count,
+                StepStatus* status, cudaStream_t stream) {
+  std::vector<std::int32_t> slots(std::size_t(layout.capacity()));
+  std::iota(slots.begin(), slots.end(), 0);
+  const DeviceBuffer slots_d = upload(slots);
+  const DeviceBuffer count(sizeof(std::int32_t));
+  for (std::int64_t first = 0; first < layout.capacity(); first += rows_count) {
+    const auto n = static_cast<std::int32_t>(std::min<std::int64_t>(rows_count, layout.capacity() - first));
+    SPG_CUDA_TRY(cudaMemcpy(count.data(), &n, sizeof n, cudaMemcpyHostToDevice));
+    const KvInsertArgs a{at<const __nv_bfloat16>(rows), at<const std::int32_t>(slots_d, std::size_t(first)),
+                         at<const std::int32_t>(count), rows_count, cache, layout, status};
+    KvInsert::can_implement(a);
+    SPG_CUDA_TRY(KvInsert::run(a, nullptr, stream));
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+  }
+}
+
+/// A block table [requests, stride] of distinct random physical blocks (unused entries 0).
+std::vector<std::int32_t> block_table(std::mt19937& rng, int requests, int used, int stride, int num_blocks) {
+  std::vector<std::int32_t> ids(std::size_t(num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::int32_t> table(std::size_t(requests) * std::size_t(stride), 0);
+  for (int b = 0; b < requests; ++b) {
+    for (int i = 0; i < used; ++i) table[std::size_t(b * stride + i)] = ids[std::size_t(b * used + i)];
+  }
+  return table;
+}
+
+void check_no_faults(const StepStatus* status, const char* what) {
+  StepStatus s{};
+  SPG_CUDA_TRY(cudaMemcpy(&s, status, sizeof s, cudaMemcpyDeviceToHost));
+  SPG_EXPECTS_AS(Error, s.total() == 0, what << ": the kernels counted " << s.total() << " faults on valid input");
+}
+
+bool has_copy_ceiling(const Reporter& reporter) {
+  return std::any_of(reporter.records().begin(), reporter.records().end(), [](const Record& r) {
+    return r.suite == "ceilings" && r.name == "copy" && r.metric == "gbps";
+  });
+}
+
+void measure_copy_ceiling(Reporter& reporter, cudaStream_t stream) {
+  constexpr std::size_t bytes = std::size_t{2} << 30;
+  const DeviceBuffer src(bytes);
+  const DeviceBuffer dst(bytes);
+  SPG_CUDA_TRY(cudaMemset(src.data(), 0x5A, bytes));
+  const double us = median_gpu_us(
+      stream, [&] { SPG_CUDA_TRY(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream)); },
+      TimingOptions{3, 20});
+  reporter.add(Record{"ceilings", "copy", "cudaMemcpyAsync", "gbps", 2.0 * double(bytes) / (us * 1e-6) / kGB});
+}
+
+void add_rate(Reporter& reporter, const std::string& name, const std::string& variant, double us, double bytes,
+              double copy_gbps) {
+  const double gbps = bytes / (us * 1e-6) / kGB;
+  reporter.add(Record{"kernels", name, variant, "gpu_us", us});
+  reporter.add(Record{"kernels", name, variant, "gbps", gbps});
+  if (std::isfinite(copy_gbps)) reporter.add(Record{"kernels", name, variant, "copy_ratio", gbps / copy_gbps});
+}
+
+/// Dequant-gather and insert at the large workload.
+void measure_cache_kernels(Reporter& reporter, cudaStream_t stream, double copy_gbps) {
+  constexpr int kSets = 4;
+  const int seq = kPrefix + kNewTokens;
+  const int compressed_rows = seq / kRatio;                        // 8704 per request
+  const int compressed_block = kBlockTokens / kRatio;              // 64 rows
+  const int compressed_used = (compressed_rows + compressed_block - 1) / compressed_block;
+  const int compressed_stride = kMaxModelLen / kRatio / compressed_block;
+  const int swa_used = (seq + kSwaBlock - 1) / kSwaBlock;
+  const int swa_stride = kMaxModelLen / kSwaBlock;
+  const CacheLayout compressed_layout = CacheLayout::make(compressed_block, kRequests * compressed_used + 16);
+  const CacheLayout swa_layout = CacheLayout::make(kSwaBlock, kRequests * swa_used + 16);
+  const std::int64_t max_rows = kMaxModelLen / kRatio + std::min(kMaxModelLen, kNewTokens * kRequests + kWindow - 1);
+
+  std::mt19937 rng(2024);
+  constexpr int kFillRows = 16384;
+  const DeviceBuffer fill_rows = upload(random_rows(rng, kFillRows));
+  const DeviceBuffer status_buffer(sizeof(StepStatus));
+  auto* status = at<StepStatus>(status_buffer);
+  SPG_CUDA_TRY(reset(status, stream));
+
+  const DeviceChunk chunk = make_chunk(kRequests, kNewTokens, kPrefix, kRatio);
+  struct Set {
+    DeviceBuffer compressed_cache, swa_cache, compressed_table, swa_table, kv;
+  };
+  std::vector<Set> sets;
+  for (int s = 0; s < kSets; ++s) {
+    Set set;
+    set.compressed_cache = DeviceBuffer(compressed_layout.bytes());
+    set.swa_cache = DeviceBuffer(swa_layout.bytes());
+    fill_cache(at<std::uint8_t>(set.compressed_cache), compressed_layout, fill_rows, kFillRows, status, stream);
+    fill_cache(at<std::uint8_t>(set.swa_cache), swa_layout, fill_rows, kFillRows, status, stream);
+    set.compressed_table =
+        upload(block_table(rng, kRequests, compressed_used, compressed_stride, compressed_layout.num_blocks));
+    set.swa_table = upload(block_table(rng, kRequests, swa_used, swa_stride, swa_layout.num_blocks));
+    set.kv = DeviceBuffer(std::size_t(kRequests) * std::size_t(max_rows) * kKvDim * 2);
+    sets.push_back(std::move(set));
+  }
+  auto gather_args = [&](const Set& set, GatherPart part) {
+    KvGatherArgs a;
+    const bool window = part == GatherPart::window;
+    a.cache = at<const std::uint8_t>(window ? set.swa_cache : set.compressed_cache);
+    a.layout = window ? swa_layout : compressed_layout;
+    a.block_table = at<const std::int32_t>(window ? set.swa_table : set.compressed_table);
+    a.block_table_stride = window ? swa_stride : compressed_stride;
+    a.chunk = chunk.arrays;
+    a.part = part;
+    a.compress_ratio = kRatio;
+    a.requests_bucket = kRequests;
+    a.max_rows_per_request = max_rows;
+    a.kv = at<__nv_bfloat16>(set.kv);
+    a.status = status;
+    if (part == GatherPart::both) {
+      a.window_cache = at<const std::uint8_t>(set.swa_cache);
+      a.window_layout = swa_layout;
+      a.window_block_table = at<const std::int32_t>(set.swa_table);
+      a.window_block_table_stride = swa_stride;
+    }
+    KvGather::can_implement(a);
+    return a;
+  };
+  std::vector<KvGatherArgs> both;
+  std::vector<KvGatherArgs> compressed;
+  std::vector<KvGatherArgs> window;
+  for (const Set& set : sets) {
+    both.push_back(gather_args(set, GatherPart::both));
+    compressed.push_back(gather_args(set, GatherPart::compressed));
+    window.push_back(gather_args(set, GatherPart::window));
+  }
+
+  // Bytes: each gathered row reads its 576-byte data row and 8-byte scale row, writes 1024 bytes.
+  const double row_bytes = kKvRowBytes + kKvScaleBytes + 2.0 * kKvDim;
+  const double window_rows = double(kRequests) * chunk.host.gather_lens[0];
+  const double c_rows = double(kRequests) * compressed_rows;
+  int current = 0;
+  const auto rotate = [&](int i) { current = i % kSets; };
+  const std::string name = "dequant-gather/large";
+
+  double us = median_gpu_us(stream, [&] { SPG_CUDA_TRY(KvGather::run(both[std::size_t(current)], nullptr, stream)); },
+                            {}, rotate);
+  add_rate(reporter, name, "spgraph", us, (c_rows + window_rows) * row_bytes, copy_gbps);
+  us = median_gpu_us(
+      stream,
+      [&] {
+        SPG_CUDA_TRY(KvGather::run(compressed[std::size_t(current)], nullptr, stream));
+        SPG_CUDA_TRY(KvGather::run(window[std::size_t(current)], nullptr, stream));
+      },
+      {}, rotate);
+  add_rate(reporter, name, "spgraph-two-launches", us, (c_rows + window_rows) * row_bytes, copy_gbps);
+  us = median_gpu_us(
+      stream, [&] { SPG_CUDA_TRY(KvGather::run(compressed[std::size_t(current)], nullptr, stream)); }, {}, rotate);
+  add_rate(reporter, name + "/compressed", "spgraph", us, c_rows * row_bytes, copy_gbps);
+  us = median_gpu_us(
+      stream, [&] { SPG_CUDA_TRY(KvGather::run(window[std::size_t(current)], nullptr, stream)); }, {}, rotate);
+  add_rate(reporter, name + "/window", "spgraph", us, window_rows * row_bytes, copy_gbps);
+  SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+  check_no_faults(status, "dequant-gather");
+
+  // Insert: this step's 4 x 2048 new K rows into the SWA cache at their positions, rotating over
+  // enough row sets that the inputs are not L2-resident; and 65536 rows for the asymptotic rate.
+  {
+    constexpr int kInsertSets = 8;
+    const int rows = kRequests * kNewTokens;
+    std::vector<std::int32_t> slots(std::size_t(rows));
+    std::vector<std::int32_t> swa_table_host(std::size_t(kRequests) * std::size_t(swa_stride));
+    SPG_CUDA_TRY(cudaMemcpy(swa_table_host.data(), sets[0].swa_table.data(), swa_table_host.size() * 4,
+                            cudaMemcpyDeviceToHost));
+    for (int b = 0; b < kRequests; ++b) {
+      for (int t = 0; t < kNewTokens; ++t) {
+        const int pos = kPrefix + t;
+        slots[std::size_t(b * kNewTokens + t)] =
+            swa_table_host[std::size_t(b * swa_stride + pos / kSwaBlock)] * kSwaBlock + pos % kSwaBlock;
+      }
+    }
+    const DeviceBuffer slots_d = upload(slots);
+    const DeviceBuffer count = upload(std::vector<std::int32_t>{rows});
+    std::vector<DeviceBuffer> row_sets;
+    for (int s = 0; s < kInsertSets; ++s) row_sets.push_back(upload(random_rows(rng, std::size_t(rows))));
+    int set = 0;
+    us = median_gpu_us(
+        stream,
+        [&] {
+          const KvInsertArgs a{at<const __nv_bfloat16>(row_sets[std::size_t(set)]), at<const std::int32_t>(slots_d),
+                               at<const std::int32_t>(count), rows, at<std::uint8_t>(sets[0].swa_cache), swa_layout,
+                               status};
+          SPG_CUDA_TRY(KvInsert::run(a, nullptr, stream));
+        },
+        {}, [&](int i) { set = i % kInsertSets; });
+    const double insert_row_bytes = 2.0 * kKvDim + 4 + kKvRowBytes + kKvScaleBytes;
+    add_rate(reporter, "insert/large", "spgraph", us, rows * insert_row_bytes, copy_gbps);
+
+    constexpr int kBigRows = 65536;
+    std::vector<std::int32_t> big_slots(kBigRows);
+    std::iota(big_slots.begin(), big_slots.end(), 0);
+    const DeviceBuffer big_slots_d = upload(big_slots);
+    const DeviceBuffer big_count = upload(std::vector<std::int32_t>{kBigRows});
+    std::vector<DeviceBuffer> big_sets;
+    for (int s = 0; s < 2; ++s) big_sets.push_back(upload(random_rows(rng, kBigRows)));
+    us = median_gpu_us(
+        stream,
+        [&] {
+          const KvInsertArgs a{at<const __nv_bfloat16>(big_sets[std::size_t(set)]), at<const std::int32_t>(big_slots_d),
+                               at<const std::int32_t>(big_count), kBigRows,
+                               at<std::uint8_t>(sets[std::size_t(1 + set)].swa_cache), swa_layout, status};
+          SPG_CUDA_TRY(KvInsert::run(a, nullptr, stream));
+        },
+        {}, [&](int i) { set = i % 2; });
+    add_rate(reporter, "insert/65536-rows", "spgraph", us, kBigRows * insert_row_bytes, copy_gbps);
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+    check_no_faults(status, "insert");
+  }
+}
+
+/// Combine indices: latency at the tiny workload, bandwidth at the large one.
+void measure_combine(Reporter& reporter, cudaStream_t stream, double copy_gbps) {
+  struct Workload {
+    const char* name;
+    int requests, query_len, prefix, top_k, sets;
+  };
+  const Workload workloads[] = {{"combine/tiny", 1, 16, 4096, 512, 4}, {"combine/large", kRequests, kNewTokens, kPrefix, kTopKLarge, 3}};
+  const DeviceBuffer status_buffer(sizeof(StepStatus));
+  auto* status = at<StepStatus>(status_buffer);
+  SPG_CUDA_TRY(reset(status, stream));
+  std::mt19937 rng(77);
+  for (const Workload& w : workloads) {
+    const DeviceChunk chunk = make_chunk(w.requests, w.query_len, w.prefix, kRatio);
+    const int tokens = w.requests * w.query_len;
+    const int width = (w.top_k + kWindow + 127) / 128 * 128;
+    const int rows = (w.prefix + w.query_len) / kRatio;
+    std::vector<std::vector<std::int32_t>> topk_host;
+    std::vector<DeviceBuffer> topk;
+    std::vector<DeviceBuffer> combined;
+    std::uniform_int_distribution<int> row(0, rows - 1);
+    for (int s = 0; s < w.sets; ++s) {
+      std::vector<std::int32_t> t(std::size_t(tokens) * std::size_t(w.top_k));
+      for (auto& v : t) v = row(rng);
+      topk.push_back(upload(t));
+      topk_host.push_back(std::move(t));
+      combined.push_back(DeviceBuffer(std::size_t(tokens) * std::size_t(width) * 4));
+    }
+    const DeviceBuffer lens(std::size_t(tokens) * 4);
+    std::vector<CombineIndicesArgs> args;
+    for (int s = 0; s < w.sets; ++s) {
+      CombineIndicesArgs a;
+      a.topk_indices = at<const std::int32_t>(topk[std::size_t(s)]);
+      a.top_k = w.top_k;
+      a.compress_ratio = kRatio;
+      a.window = kWindow;
+      a.chunk = chunk.arrays;
+      a.tokens_bucket = tokens;
+      a.requests_bucket = w.requests;
+      a.combined = at<std::int32_t>(combined[std::size_t(s)]);
+      a.combined_width = width;
+      a.lens = at<std::int32_t>(lens);
+      a.status = status;
+      CombineIndices::can_implement(a);
+      args.push_back(a);
+    }
+    int current = 0;
+    const double us = median_gpu_us(
+        stream, [&] { SPG_CUDA_TRY(CombineIndices::run(args[std::size_t(current)], nullptr, stream)); }, {},
+        [&](int i) { current = i % w.sets; });
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+    check_no_faults(status, w.name);
+
+    // Bytes from the reference's lens; and a check of the last output against the reference.
+    std::vector<std::int32_t> want(std::size_t(tokens) * std::size_t(width), 0);
+    std::vector<std::int32_t> want_lens(std::size_t(tokens));
+    reference::FaultLog log;
+    reference::combine_indices(topk_host[std::size_t(current)].data(), w.top_k, kRatio, kWindow, chunk.host, tokens,
+                               w.requests, want.data(), width, want_lens.data(), log);
+    std::vector<std::int32_t> got_lens(std::size_t(tokens));
+    SPG_CUDA_TRY(cudaMemcpy(got_lens.data(), lens.data(), got_lens.size() * 4, cudaMemcpyDeviceToHost));
+    SPG_EXPECTS_AS(Error, got_lens == want_lens, w.name << ": lens differ from the reference");
+    double written = 0.0;
+    for (const std::int32_t l : want_lens) written += 4.0 * (l + 1);
+    const double read = 4.0 * tokens * std::min(w.top_k, rows);
+    reporter.add(Record{"kernels", w.name, "spgraph", "gpu_us", us});
+    reporter.add(Record{"kernels", w.name, "spgraph", "gbps", written / (us * 1e-6) / kGB});
+    reporter.add(Record{"kernels", w.name, "spgraph", "gbps_read_written", (written + read) / (us * 1e-6) / kGB});
+    (void)copy_gbps;
+  }
+}
+
+}  // namespace
+
+void run_kernel_benchmarks(Reporter& reporter, cudaStream_t stream) {
+  if (!has_copy_ceiling(reporter)) measure_copy_ceiling(reporter, stream);
+  double copy_gbps = std::numeric_limits<double>::quiet_NaN();
+  for (const Record& r : reporter.records()) {
+    if (r.suite == "ceilings" && r.name == "copy" && r.metric == "gbps") copy_gbps = r.value;
+  }
+  measure_cache_kernels(reporter, stream, copy_gbps);
+  measure_combine(reporter, stream, copy_gbps);
+}
+
+}  // namespace spg::bench

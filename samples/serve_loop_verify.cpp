@@ -1,0 +1,262 @@
+// See serve_loop_verify.hpp.
+#include "samples/serve_loop_verify.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <unordered_map>
+
+#include "kernels/reference/kv_cache_reference.hpp"
+#include "kernels/reference/pipeline_reference.hpp"
+#include "memory/error.hpp"
+#include "memory/pipeline_pool.hpp"
+
+namespace spg::samples {
+
+namespace ref = kernels::reference;
+using memory::kNumRatios;
+using memory::ratio_index;
+
+ChunkView::ChunkView(const scheduler::ChunkPlan& plan, const memory::PipelineConfig& config) : plan_(plan) {
+  (void)config;
+  const scheduler::ChunkCachePlan& swa = plan.cache(1);
+  requests_.resize(static_cast<std::size_t>(plan.num_requests));
+  for (std::size_t b = 0; b < requests_.size(); ++b) {
+    graphs::RequestInput& r = requests_[b];
+    r.query_len = plan.query_lens[b];
+    r.seq_len = plan.seq_lens[b];
+    r.swa_blocks = swa.block_tables[b];
+  }
+  input_.swa_slots = swa.slot_mapping;
+  for (const scheduler::ChunkCachePlan& c : plan.caches) {
+    if (c.ratio == 1) continue;
+    const int i = ratio_index(c.ratio);
+    input_.compressed_slots[i] = c.slot_mapping;
+    for (std::size_t b = 0; b < requests_.size(); ++b) requests_[b].compressed_blocks[i] = c.block_tables[b];
+  }
+  input_.requests = requests_;
+}
+
+kernels::SyntheticFrontArgs ChunkView::front_args(graphs::Executor& ex, std::uint64_t seed, std::uint64_t step) const {
+  kernels::SyntheticFrontArgs a;
+  a.seed = seed;
+  a.step = step;
+  a.num_requests = plan_.num_requests;
+  a.num_tokens = plan_.num_tokens;
+  for (int b = 0; b <= plan_.num_requests; ++b) a.query_start_loc[b] = plan_.query_start_loc[static_cast<std::size_t>(b)];
+  for (int b = 0; b < plan_.num_requests; ++b) a.seq_lens[b] = plan_.seq_lens[static_cast<std::size_t>(b)];
+  for (const scheduler::ChunkCachePlan& c : plan_.caches) {
+    if (c.ratio > 1) a.new_compressed_rows[ratio_index(c.ratio)] = c.num_new_rows();
+  }
+  const memory::PipelineConfig& cfg = ex.config();
+  a.num_layers = static_cast<int>(cfg.layers.size());
+  for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
+    const memory::LayerConfig& layer = cfg.layers[l];
+    kernels::FrontLayer& f = a.layers[l];
+    auto slot = [&](const char* what) { return memory::slots::layer_slot(l, what); };
+    f.k_rows = ex.pool().span<__nv_bfloat16>(slot("k_rows")).data();
+    f.compress_ratio = layer.compress_ratio;
+    if (layer.compress_ratio > 1) {
+      f.compressed_k_rows = ex.pool().span<__nv_bfloat16>(slot("compressed_k_rows")).data();
+      f.topk_indices = ex.pool().span<std::int32_t>(slot("topk_indices")).data();
+      f.top_k = layer.top_k;
+    }
+  }
+  kernels::SyntheticFront::can_implement(a);
+  return a;
+}
+
+Verifier::Verifier(graphs::Executor& ex, std::uint64_t seed) : ex_(ex), seed_(seed), rng_(seed ^ 0xabcdefULL) {}
+
+Verifier::Snapshot Verifier::snapshot(std::size_t layer, bool compressed, const std::vector<std::int32_t>& blocks) const {
+  const memory::PipelineConfig& cfg = ex_.config();
+  const int r = cfg.layers[layer].compress_ratio;
+  const auto layout = compressed ? kernels::CacheLayout::make(cfg.cache.block_tokens / r, cfg.cache.compressed_blocks)
+                                 : kernels::CacheLayout::make(cfg.cache.swa_block_size, cfg.cache.swa_blocks);
+  const auto* base = ex_.pool().bytes(memory::slots::layer_slot(layer, compressed ? "compressed_cache" : "swa_cache"),
+                                      layout.bytes());
+  Snapshot s;
+  s.blocks = blocks;
+  s.bytes.resize(blocks.size() * static_cast<std::size_t>(layout.block_stride));
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    SPG_CUDA_TRY(cudaMemcpy(s.bytes.data() + i * static_cast<std::size_t>(layout.block_stride),
+                            base + static_cast<std::int64_t>(blocks[i]) * layout.block_stride,
+                            static_cast<std::size_t>(layout.block_stride), cudaMemcpyDeviceToHost));
+  }
+  return s;
+}
+
+namespace {
+std::vector<std::int32_t> referenced_blocks(const scheduler::ChunkCachePlan& c) {
+  std::vector<std::int32_t> blocks;
+  for (const auto& row : c.block_tables) blocks.insert(blocks.end(), row.begin(), row.end());
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+  return blocks;
+}
+}  // namespace
+
+void Verifier::before(const ChunkView& chunk) {
+  ex_.synchronize();
+  const memory::PipelineConfig& cfg = ex_.config();
+  swa_before_.clear();
+  comp_before_.clear();
+  for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
+    const int r = cfg.layers[l].compress_ratio;
+    swa_before_.push_back(snapshot(l, false, referenced_blocks(chunk.plan().cache(1))));
+    comp_before_.push_back(r > 1 ? snapshot(l, true, referenced_blocks(chunk.plan().cache(r))) : Snapshot{});
+  }
+}
+
+void Verifier::after(const ChunkView& chunk, int bucket, std::uint64_t step) {
+  ex_.synchronize();
+  const memory::PipelineConfig& cfg = ex_.config();
+  const scheduler::ChunkPlan& plan = chunk.plan();
+  const int r_bucket = ex_.buckets().r_of(bucket);
+  const int t_bucket = ex_.buckets().t_of(bucket);
+  const memory::ChunkMetaLayout meta = memory::ChunkMetaLayout::make(cfg);
+  bool ok = true;
+
+  // Sampled tokens: the first, the last and up to six more.
+  std::vector<int> tokens{0, plan.num_tokens - 1};
+  for (int i = 0; i < 6 && plan.num_tokens > 2; ++i) tokens.push_back(static_cast<int>(rng_() % static_cast<std::uint64_t>(plan.num_tokens)));
+  std::sort(tokens.begin(), tokens.end());
+  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+
+  std::vector<int> q_lens(plan.query_lens.begin(), plan.query_lens.end());
+  std::vector<int> s_lens(plan.seq_lens.begin(), plan.seq_lens.end());
+  for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
+    const memory::LayerConfig& layer = cfg.layers[l];
+    const int r = layer.compress_ratio;
+    // 1. The insert stage: expected = snapshot before + CPU insert of the front's rows.
+    auto check_insert = [&](Snapshot& before, bool compressed, const scheduler::ChunkCachePlan& cache) {
+      const int rows_per_block = compressed ? cfg.cache.block_tokens / r : cfg.cache.swa_block_size;
+      const auto compact = kernels::CacheLayout::make(rows_per_block, static_cast<int>(std::max<std::size_t>(1, before.blocks.size())));
+      std::unordered_map<std::int32_t, std::int32_t> index;
+      for (std::size_t i = 0; i < before.blocks.size(); ++i) index[before.blocks[i]] = static_cast<std::int32_t>(i);
+      std::vector<std::int32_t> slots;
+      std::vector<std::uint16_t> rows;
+      for (std::size_t i = 0; i < cache.slot_mapping.size(); ++i) {
+        const std::int32_t s = cache.slot_mapping[i];
+        slots.push_back(index.at(s / rows_per_block) * rows_per_block + s % rows_per_block);
+        for (int d = 0; d < memory::kHeadDim; ++d) {
+          rows.push_back(ref::bf16_round(kernels::front_k_value(seed_, step, 2 * static_cast<int>(l) + (compressed ? 1 : 0),
+                                                                static_cast<int>(i), d)));
+        }
+      }
+      ref::FaultLog log;
+      if (!slots.empty()) {
+        ref::kv_insert(rows.data(), slots.data(), static_cast<int>(slots.size()), static_cast<int>(slots.size()),
+                       before.bytes.data(), compact, log);
+      }
+      const Snapshot after_dev = snapshot(l, compressed, before.blocks);
+      if (after_dev.bytes != before.bytes || log.counts != decltype(log.counts){}) {
+        std::fprintf(stderr, "verify: chunk %llu layer %zu: %s cache bytes after insert differ from the reference\n",
+                     static_cast<unsigned long long>(step), l, compressed ? "compressed" : "SWA");
+        ok = false;
+      }
+      return compact;
+    };
+    const auto swa_compact = check_insert(swa_before_[l], false, plan.cache(1));
+    kernels::CacheLayout c_compact{};
+    if (r > 1) c_compact = check_insert(comp_before_[l], true, plan.cache(r));
+
+    // 2. Gather, combine, attention on the sampled tokens, from the caches as inserted.
+    auto table = [&](const Snapshot& snap, const scheduler::ChunkCachePlan& cache, int width) {
+      std::unordered_map<std::int32_t, std::int32_t> index;
+      for (std::size_t i = 0; i < snap.blocks.size(); ++i) index[snap.blocks[i]] = static_cast<std::int32_t>(i);
+      std::vector<std::int32_t> t(static_cast<std::size_t>(r_bucket) * width, -1);
+      for (std::size_t b = 0; b < cache.block_tables.size(); ++b) {
+        for (std::size_t k = 0; k < cache.block_tables[b].size(); ++k) {
+          t[b * static_cast<std::size_t>(width) + k] = index.at(cache.block_tables[b][k]);
+        }
+      }
+      return t;
+    };
+    const auto swa_table = table(swa_before_[l], plan.cache(1), meta.swa_table_width);
+    const auto c_table = r > 1 ? table(comp_before_[l], plan.cache(r), meta.compressed_table_width) : std::vector<std::int32_t>{};
+
+    const std::size_t row = static_cast<std::size_t>(layer.h_q) * layer.d_qk;
+    std::vector<std::uint16_t> q(static_cast<std::size_t>(t_bucket) * row, 0);
+    for (int t : tokens) {
+      for (std::size_t k = 0; k < row; ++k) {
+        q[static_cast<std::size_t>(t) * row + k] =
+            ref::bf16_round(kernels::front_q_value(seed_, static_cast<int>(l), static_cast<std::size_t>(t) * row + k));
+      }
+    }
+    std::vector<std::int32_t> topk;
+    if (r > 1) {
+      topk.assign(static_cast<std::size_t>(t_bucket) * layer.top_k, -1);
+      for (int b = 0; b < plan.num_requests; ++b) {
+        const int rows = plan.seq_lens[static_cast<std::size_t>(b)] / r;
+        for (int t = plan.query_start_loc[static_cast<std::size_t>(b)]; t < plan.query_start_loc[static_cast<std::size_t>(b) + 1]; ++t) {
+          for (int j = 0; j < layer.top_k; ++j) {
+            topk[static_cast<std::size_t>(t) * layer.top_k + j] = kernels::front_topk(seed_, step, static_cast<int>(l), t, j, layer.top_k, rows);
+          }
+        }
+      }
+    }
+    std::vector<float> sink;
+    if (layer.attn_sink) {
+      for (int h = 0; h < layer.h_q; ++h) sink.push_back(4.0F * kernels::front_q_value(seed_ + 7, static_cast<int>(l), static_cast<std::uint64_t>(h)));
+    }
+    ref::LayerStepInputs in;
+    in.layer = &layer;
+    in.swa = ref::CacheView{swa_before_[l].bytes.data(), swa_compact, swa_table.data(), meta.swa_table_width};
+    if (r > 1) in.compressed = ref::CacheView{comp_before_[l].bytes.data(), c_compact, c_table.data(), meta.compressed_table_width};
+    in.chunk = ref::make_host_chunk(q_lens, s_lens, r, layer.window, r_bucket);
+    in.r_bucket = r_bucket;
+    in.t_bucket = t_bucket;
+    in.max_rows_per_request = cfg.max_kv_rows(layer);
+    in.q = q.data();
+    in.topk = r > 1 ? topk.data() : nullptr;
+    in.attn_sink = sink;
+    in.tokens = tokens;
+    ref::FaultLog log;
+    const ref::SparseMlaReferenceOutputs want = ref::layer_step_reference(in, log);
+
+    // 3. Compare with the device (accuracy bars of docs/pipeline.md).
+    const std::size_t h = static_cast<std::size_t>(layer.h_q);
+    std::vector<std::uint16_t> out(h * 512);
+    std::vector<float> lse(h);
+    std::vector<float> mx(h);
+    auto& pool = ex_.pool();
+    double worst = 0;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const auto t = static_cast<std::size_t>(tokens[i]);
+      SPG_CUDA_TRY(cudaMemcpy(out.data(), pool.bytes(memory::slots::layer_slot(l, "out"), (t + 1) * h * 1024) + t * h * 1024,
+                              h * 1024, cudaMemcpyDeviceToHost));
+      SPG_CUDA_TRY(cudaMemcpy(lse.data(), pool.bytes(memory::slots::layer_slot(l, "lse"), (t + 1) * h * 4) + t * h * 4, h * 4,
+                              cudaMemcpyDeviceToHost));
+      SPG_CUDA_TRY(cudaMemcpy(mx.data(), pool.bytes(memory::slots::layer_slot(l, "max_logits"), (t + 1) * h * 4) + t * h * 4,
+                              h * 4, cudaMemcpyDeviceToHost));
+      for (std::size_t k = 0; k < h * 512; ++k) {
+        const double g = ref::bf16_value(out[k]);
+        const double w = want.out[i * h * 512 + k];
+        const double err = std::abs(g - w);
+        worst = std::max(worst, std::isnan(g) ? 1e30 : std::min(err / 8e-4, err / (std::abs(w) * 2.4e-2 + 1e-300)));
+      }
+      for (std::size_t k = 0; k < h; ++k) {
+        for (auto [g, w] : {std::pair<double, double>{lse[k], want.lse[i * h + k]}, {mx[k], want.max_logits[i * h + k]}}) {
+          if (std::isinf(w) || std::isinf(g)) {
+            if (g != w) worst = std::max(worst, 1e30);
+            continue;
+          }
+          const double err = std::abs(g - w);
+          worst = std::max(worst, std::isnan(g) ? 1e30 : std::min(err / 1e-4, err / (std::abs(w) * 3e-5 + 1e-300)));
+        }
+      }
+    }
+    if (worst > 1.0 || log.counts != decltype(log.counts){}) {
+      std::fprintf(stderr, "verify: chunk %llu layer %zu: worst error %.3g x the bar, %u reference faults\n",
+                   static_cast<unsigned long long>(step), l, worst,
+                   static_cast<unsigned>(log.counts[0] + log.counts[1] + log.counts[2] + log.counts[3] + log.counts[4]));
+      ok = false;
+    }
+  }
+  ok ? ++passed_ : ++failed_;
+}
+
+}  // namespace spg::samples

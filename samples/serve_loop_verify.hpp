@@ -1,0 +1,63 @@
+// serve_loop's glue: a scheduler chunk as executor input and model-front arguments, and the
+// end-to-end verifier that checks sampled chunks against the CPU references (insert included:
+// the caches the device filled are read back and compared byte for byte).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "graphs/chunk_input.hpp"
+#include "graphs/executor.hpp"
+#include "kernels/synthetic_front/synthetic_front.hpp"
+#include "memory/pipeline_config.hpp"
+#include "scheduler/chunk_plan.hpp"
+
+namespace spg::samples {
+
+/// @brief A ChunkPlan seen as the executor's ChunkInput (spans into the plan, no copies).
+class ChunkView {
+ public:
+  ChunkView(const scheduler::ChunkPlan& plan, const memory::PipelineConfig& config);
+  ChunkView(const ChunkView&) = delete;
+  ChunkView& operator=(const ChunkView&) = delete;
+
+  [[nodiscard]] const graphs::ChunkInput& input() const noexcept { return input_; }
+  [[nodiscard]] const scheduler::ChunkPlan& plan() const noexcept { return plan_; }
+  /// The model front's arguments for this chunk (step = the chunk's global index).
+  [[nodiscard]] kernels::SyntheticFrontArgs front_args(graphs::Executor& ex, std::uint64_t seed,
+                                                       std::uint64_t step) const;
+
+ private:
+  const scheduler::ChunkPlan& plan_;
+  std::vector<graphs::RequestInput> requests_;
+  graphs::ChunkInput input_;
+};
+
+/// @brief Checks sampled chunks end to end: before() snapshots the cache blocks the chunk touches,
+///        after() checks the inserted bytes and the sampled tokens' outputs.
+class Verifier {
+ public:
+  Verifier(graphs::Executor& ex, std::uint64_t seed);
+  void before(const ChunkView& chunk);
+  void after(const ChunkView& chunk, int bucket, std::uint64_t front_step);
+  [[nodiscard]] int passed() const noexcept { return passed_; }
+  [[nodiscard]] int failed() const noexcept { return failed_; }
+
+ private:
+  struct Snapshot {
+    std::vector<std::int32_t> blocks;       // physical ids, in compact order
+    std::vector<std::uint8_t> bytes;        // compact cache: blocks.size() x stride
+  };
+  Snapshot snapshot(std::size_t layer, bool compressed, const std::vector<std::int32_t>& blocks) const;
+
+  graphs::Executor& ex_;
+  std::uint64_t seed_;
+  std::mt19937_64 rng_;
+  std::vector<Snapshot> swa_before_;
+  std::vector<Snapshot> comp_before_;
+  int passed_{0};
+  int failed_{0};
+};
+
+}  // namespace spg::samples
