@@ -93,6 +93,11 @@ class Executor {
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }
   [[nodiscard]] int programs() const noexcept { return static_cast<int>(programs_.size()); }
   [[nodiscard]] const std::vector<int>& program_layers(int p) const { return programs_.at(static_cast<std::size_t>(p)); }
+  /// The recording behind (program, bucket), after warmup(); for per-stage timing.
+  [[nodiscard]] const Pipeline& pipeline(int program, int bucket) const {
+    return *entries_.at(static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
+                        static_cast<std::size_t>(bucket)).pipeline;
+  }
   [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
   [[nodiscard]] std::uint64_t host_waits() const noexcept { return host_waits_; }
 

@@ -170,18 +170,26 @@ int Pipeline::kernel_launches() const noexcept {
   return n;
 }
 
+cudaError_t Pipeline::record_stage(int stage, int staging, cudaStream_t stream) const noexcept {
+  if (stage == 0) {
+    const cudaError_t e =
+        cudaMemcpyAsync(device_meta_, staging_[staging & 1], meta_bytes_, cudaMemcpyHostToDevice, stream);
+    return e != cudaSuccess ? e : kernels::reset(status_, stream);
+  }
+  const LayerLaunches& l = layers_[static_cast<std::size_t>((stage - 1) / 5)];
+  switch ((stage - 1) % 5) {
+    case 0: return l.insert_swa ? kernels::KvInsert::run(l.swa_insert, nullptr, stream) : cudaSuccess;
+    case 1: return l.insert_compressed ? kernels::KvInsert::run(l.compressed_insert, nullptr, stream) : cudaSuccess;
+    case 2: return kernels::KvGather::run(l.gather, nullptr, stream);
+    case 3: return kernels::CombineIndices::run(l.combine, nullptr, stream);
+    default: return kernels::SparseMla::run(l.attention, attention_workspace_, stream);
+  }
+}
+
 cudaError_t Pipeline::record(int staging, cudaStream_t stream) const noexcept {
-  cudaError_t e = cudaMemcpyAsync(device_meta_, staging_[staging & 1], meta_bytes_, cudaMemcpyHostToDevice, stream);
-  if (e != cudaSuccess) return e;
-  if ((e = kernels::reset(status_, stream)) != cudaSuccess) return e;
-  for (const LayerLaunches& l : layers_) {
-    if (l.insert_swa && (e = kernels::KvInsert::run(l.swa_insert, nullptr, stream)) != cudaSuccess) return e;
-    if (l.insert_compressed && (e = kernels::KvInsert::run(l.compressed_insert, nullptr, stream)) != cudaSuccess) {
-      return e;
-    }
-    if ((e = kernels::KvGather::run(l.gather, nullptr, stream)) != cudaSuccess) return e;
-    if ((e = kernels::CombineIndices::run(l.combine, nullptr, stream)) != cudaSuccess) return e;
-    if ((e = kernels::SparseMla::run(l.attention, attention_workspace_, stream)) != cudaSuccess) return e;
+  for (int stage = 0; stage < stage_count(); ++stage) {
+    const cudaError_t e = record_stage(stage, staging, stream);
+    if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }

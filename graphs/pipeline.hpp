@@ -51,6 +51,12 @@ class Pipeline {
   /// reset, then every layer's stages. No allocation, no sync: safe under capture.
   [[nodiscard]] cudaError_t record(int staging, cudaStream_t stream) const noexcept;
 
+  /// Stages one at a time, for timing each kernel on its own: stage 0 is the metadata copy and
+  /// fault reset, then five per layer (SWA insert, compressed insert, gather, combine, attention);
+  /// a stage the layer does not have records nothing.
+  [[nodiscard]] int stage_count() const noexcept { return 1 + 5 * static_cast<int>(layers_.size()); }
+  [[nodiscard]] cudaError_t record_stage(int stage, int staging, cudaStream_t stream) const noexcept;
+
   [[nodiscard]] int r_bucket() const noexcept { return r_bucket_; }
   [[nodiscard]] int t_bucket() const noexcept { return t_bucket_; }
   /// Kernel launches one step makes (the graph's kernel nodes).

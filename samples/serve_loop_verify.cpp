@@ -39,17 +39,21 @@ ChunkView::ChunkView(const scheduler::ChunkPlan& plan, const memory::PipelineCon
   input_.requests = requests_;
 }
 
-kernels::SyntheticFrontArgs ChunkView::front_args(graphs::Executor& ex, std::uint64_t seed, std::uint64_t step) const {
+kernels::SyntheticFrontArgs make_front_args(graphs::Executor& ex, std::span<const std::int32_t> query_start_loc,
+                                            std::span<const std::int32_t> seq_lens,
+                                            const int (&new_compressed_rows)[kNumRatios], std::uint64_t seed,
+                                            std::uint64_t step) {
   kernels::SyntheticFrontArgs a;
   a.seed = seed;
   a.step = step;
-  a.num_requests = plan_.num_requests;
-  a.num_tokens = plan_.num_tokens;
-  for (int b = 0; b <= plan_.num_requests; ++b) a.query_start_loc[b] = plan_.query_start_loc[static_cast<std::size_t>(b)];
-  for (int b = 0; b < plan_.num_requests; ++b) a.seq_lens[b] = plan_.seq_lens[static_cast<std::size_t>(b)];
-  for (const scheduler::ChunkCachePlan& c : plan_.caches) {
-    if (c.ratio > 1) a.new_compressed_rows[ratio_index(c.ratio)] = c.num_new_rows();
-  }
+  a.num_requests = static_cast<int>(seq_lens.size());
+  SPG_EXPECTS(a.num_requests <= kernels::kFrontMaxRequests && query_start_loc.size() == seq_lens.size() + 1,
+              "make_front_args: " << seq_lens.size() << " requests (at most " << kernels::kFrontMaxRequests
+                                  << ") and " << query_start_loc.size() << " query_start_loc entries");
+  a.num_tokens = query_start_loc.back();
+  for (std::size_t b = 0; b < query_start_loc.size(); ++b) a.query_start_loc[b] = query_start_loc[b];
+  for (std::size_t b = 0; b < seq_lens.size(); ++b) a.seq_lens[b] = seq_lens[b];
+  for (int i = 0; i < kNumRatios; ++i) a.new_compressed_rows[i] = new_compressed_rows[i];
   const memory::PipelineConfig& cfg = ex.config();
   a.num_layers = static_cast<int>(cfg.layers.size());
   for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
@@ -66,6 +70,14 @@ kernels::SyntheticFrontArgs ChunkView::front_args(graphs::Executor& ex, std::uin
   }
   kernels::SyntheticFront::can_implement(a);
   return a;
+}
+
+kernels::SyntheticFrontArgs ChunkView::front_args(graphs::Executor& ex, std::uint64_t seed, std::uint64_t step) const {
+  int new_rows[kNumRatios] = {0, 0, 0};
+  for (const scheduler::ChunkCachePlan& c : plan_.caches) {
+    if (c.ratio > 1) new_rows[ratio_index(c.ratio)] = c.num_new_rows();
+  }
+  return make_front_args(ex, plan_.query_start_loc, plan_.seq_lens, new_rows, seed, step);
 }
 
 Verifier::Verifier(graphs::Executor& ex, std::uint64_t seed) : ex_(ex), seed_(seed), rng_(seed ^ 0xabcdefULL) {}

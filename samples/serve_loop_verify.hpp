@@ -5,15 +5,23 @@
 
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "graphs/chunk_input.hpp"
 #include "graphs/executor.hpp"
 #include "kernels/synthetic_front/synthetic_front.hpp"
 #include "memory/pipeline_config.hpp"
+#include "memory/pipeline_pool.hpp"
 #include "scheduler/chunk_plan.hpp"
 
 namespace spg::samples {
+
+/// @brief The model front's arguments for a chunk of the given lengths (step: the front's counter).
+kernels::SyntheticFrontArgs make_front_args(graphs::Executor& ex, std::span<const std::int32_t> query_start_loc,
+                                            std::span<const std::int32_t> seq_lens,
+                                            const int (&new_compressed_rows)[memory::kNumRatios], std::uint64_t seed,
+                                            std::uint64_t step);
 
 /// @brief A ChunkPlan seen as the executor's ChunkInput (spans into the plan, no copies).
 class ChunkView {

@@ -32,6 +32,12 @@ cudaError_t SyntheticFront::run(const SyntheticFrontArgs& a, cudaStream_t stream
   return cudaGetLastError();
 }
 
+cudaError_t SyntheticFront::fill_cache(std::uint8_t* cache, std::int64_t blocks, int block_size,
+                                       std::int64_t block_stride, std::uint64_t seed, cudaStream_t stream) noexcept {
+  detail::fill_cache_kernel<<<1056, 256, 0, stream>>>(cache, blocks, block_size, block_stride, seed);
+  return cudaGetLastError();
+}
+
 cudaError_t SyntheticFront::fill_query(__nv_bfloat16* q, std::size_t elems, std::uint64_t seed, int layer,
                                        cudaStream_t stream) noexcept {
   detail::fill_query_kernel<<<1056, 256, 0, stream>>>(q, elems, seed, layer);

@@ -48,6 +48,10 @@ struct SyntheticFront {
   /// @throws InvalidArgument for counts past the bounds above or null pointers a layer needs.
   static void can_implement(const SyntheticFrontArgs& args);
   static cudaError_t run(const SyntheticFrontArgs& args, cudaStream_t stream) noexcept;
+  /// Fills every row of a paged cache with random, finite FP8 data, bf16 RoPE values and scale
+  /// bytes near 2^0 (for benchmarks that need a full cache without inserting it token by token).
+  static cudaError_t fill_cache(std::uint8_t* cache, std::int64_t blocks, int block_size, std::int64_t block_stride,
+                                std::uint64_t seed, cudaStream_t stream) noexcept;
   /// Fills `elems` query values of layer `layer` (front_q_value), once at start-up.
   static cudaError_t fill_query(__nv_bfloat16* q, std::size_t elems, std::uint64_t seed, int layer,
                                 cudaStream_t stream) noexcept;

@@ -52,4 +52,39 @@ __global__ void fill_query_kernel(__nv_bfloat16* q, std::size_t elems, std::uint
   }
 }
 
+// One thread per 16 bytes of a block's data rows, then its scale rows.
+__global__ void fill_cache_kernel(std::uint8_t* cache, std::int64_t blocks, int block_size, std::int64_t stride,
+                                  std::uint64_t seed) {
+  const std::int64_t per_block = static_cast<std::int64_t>(block_size) * (576 + 8) / 8;  // 8-byte words
+  const std::int64_t total = blocks * per_block;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t b = i / per_block;
+    const std::int64_t w = i % per_block;
+    const std::uint64_t h = front_hash(seed, 77, static_cast<std::uint64_t>(b), static_cast<std::uint64_t>(w));
+    std::uint64_t word = 0;
+    const std::int64_t data_words = static_cast<std::int64_t>(block_size) * 72;
+    if (w < data_words) {
+      const int in_row = static_cast<int>(w % 72);  // 56 words of e4m3, then 16 of bf16
+      for (int k = 0; k < 8; ++k) {
+        std::uint64_t byte;
+        if (in_row < 56) {
+          byte = (h >> (8 * k)) & 0xFF;
+          if ((byte & 0x7F) == 0x7F) byte ^= 0x01;  // no NaN encodings
+        } else {
+          // bf16 halves in [-2, 2): exponent bytes 0x3F/0xBF..0x40/0xC0 with random mantissas
+          byte = (k % 2 == 1) ? (0x3F | ((h >> (8 * k)) & 0x80)) : ((h >> (8 * k)) & 0xFF);
+        }
+        word |= byte << (8 * k);
+      }
+    } else {
+      for (int k = 0; k < 8; ++k) {
+        const std::uint64_t byte = k == 7 ? 0 : 124 + ((h >> (8 * k)) % 7);  // scales 2^-3 .. 2^3
+        word |= byte << (8 * k);
+      }
+    }
+    *reinterpret_cast<std::uint64_t*>(cache + b * stride + w * 8) = word;
+  }
+}
+
 }  // namespace spg::kernels::detail

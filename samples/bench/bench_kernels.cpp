@@ -81,7 +81,11 @@ DeviceChunk make_chunk(int requests, int query_len, int prefix, int r) {
   c.host.gather_lens.assign(std::size_t(requests), std::min(prefix + query_len, query_len + kWindow - 1));
   for (int b = 0; b <= requests; ++b) c.host.query_start_loc[std::size_t(b)] = b * query_len;
   const int n = (prefix + query_len) / r;
-  c.host.scalars = ChunkScalars{requests, requests * query_len, n, n + c.host.gather_lens[0]};
+  c.host.scalars = ChunkScalars{};
+  c.host.scalars.num_requests = requests;
+  c.host.scalars.num_tokens = requests * query_len;
+  c.host.scalars.n_rows = n;
+  c.host.scalars.m_rows = n + c.host.gather_lens[0];
   std::vector<std::int32_t> words(sizeof(ChunkScalars) / 4 + 3 * std::size_t(requests) + 1);
   std::memcpy(words.data(), &c.host.scalars, sizeof(ChunkScalars));
   std::int32_t* w = words.data() + sizeof(ChunkScalars) / 4;
@@ -115,7 +119,7 @@ void fill_cache(std::uint8_t* cache, const CacheLayout& layout, const DeviceBuff
 
 /// A block table [requests, stride] of distinct random physical blocks (unused entries 0).
 std::vector<std::int32_t> block_table(std::mt19937& rng, int requests, int used, int stride, int num_blocks) {
-  std::vector<std::int32_t> ids(std::size_t(num_blocks));
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(num_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
   std::vector<std::int32_t> table(std::size_t(requests) * std::size_t(stride), 0);
@@ -259,7 +263,7 @@ void measure_cache_kernels(Reporter& reporter, cudaStream_t stream, double copy_
   {
     constexpr int kInsertSets = 8;
     const int rows = kRequests * kNewTokens;
-    std::vector<std::int32_t> slots(std::size_t(rows));
+    std::vector<std::int32_t> slots(static_cast<std::size_t>(rows));
     std::vector<std::int32_t> swa_table_host(std::size_t(kRequests) * std::size_t(swa_stride));
     SPG_CUDA_TRY(cudaMemcpy(swa_table_host.data(), sets[0].swa_table.data(), swa_table_host.size() * 4,
                             cudaMemcpyDeviceToHost));
@@ -363,11 +367,11 @@ void measure_combine(Reporter& reporter, cudaStream_t stream, double copy_gbps) 
 
     // Bytes from the reference's lens; and a check of the last output against the reference.
     std::vector<std::int32_t> want(std::size_t(tokens) * std::size_t(width), 0);
-    std::vector<std::int32_t> want_lens(std::size_t(tokens));
+    std::vector<std::int32_t> want_lens(static_cast<std::size_t>(tokens));
     reference::FaultLog log;
     reference::combine_indices(topk_host[std::size_t(current)].data(), w.top_k, kRatio, kWindow, chunk.host, tokens,
                                w.requests, want.data(), width, want_lens.data(), log);
-    std::vector<std::int32_t> got_lens(std::size_t(tokens));
+    std::vector<std::int32_t> got_lens(static_cast<std::size_t>(tokens));
     SPG_CUDA_TRY(cudaMemcpy(got_lens.data(), lens.data(), got_lens.size() * 4, cudaMemcpyDeviceToHost));
     SPG_EXPECTS_AS(Error, got_lens == want_lens, w.name << ": lens differ from the reference");
     double written = 0.0;

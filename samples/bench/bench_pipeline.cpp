@@ -1,0 +1,220 @@
+// Tables B and D: see bench_pipeline.hpp.
+#include "samples/bench/bench_pipeline.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "graphs/executor.hpp"
+#include "kernels/synthetic_front/synthetic_front.hpp"
+#include "memory/allocation_counter.hpp"
+#include "memory/error.hpp"
+#include "memory/pipeline_pool.hpp"
+#include "samples/serve_loop_verify.hpp"
+
+namespace spg::bench {
+
+namespace {
+
+using memory::kNumRatios;
+using memory::kRatios;
+
+struct Workload {
+  const char* name;
+  int requests;
+  int new_tokens;  // per request
+  int prefix;      // per request
+  bool model;      // the 8-layer program; else one C4A layer
+  int top_k;
+};
+
+constexpr Workload kWorkloads[] = {
+    {"tiny", 1, 16, 4096, false, 512},      {"small", 4, 64, 8192, false, 512},
+    {"medium", 4, 512, 16384, false, 1024}, {"large", 4, 2048, 32768, false, 1024},
+    {"model", 4, 256, 16384, true, 1024},
+};
+
+memory::PipelineConfig config_for(const Workload& w) {
+  const int T = w.requests * w.new_tokens;
+  const int len = (w.prefix + w.new_tokens + 255) / 256 * 256;
+  memory::PipelineConfig c;
+  if (w.model) {
+    c = memory::PipelineConfig::v4_default();
+    c.max_requests = w.requests;
+    c.max_tokens = T;
+    c.max_model_len = len;
+  } else {
+    c = memory::PipelineConfig::single_layer(memory::LayerConfig{128, 512, 512, 128, 4, w.top_k, 0.0F, true},
+                                             w.requests, T, len);
+  }
+  c.cache.swa_blocks = w.requests * c.swa_blocks_per_request();
+  c.cache.compressed_blocks = w.requests * c.compressed_blocks_per_request();
+  return c;
+}
+
+/// The workload's chunk: request b owns blocks [b * per_request, (b + 1) * per_request) of every cache.
+struct BenchChunk {
+  std::vector<std::vector<std::int32_t>> swa, comp;
+  std::vector<graphs::RequestInput> requests;
+  std::vector<std::int32_t> swa_slots;
+  std::vector<std::int32_t> comp_slots[kNumRatios];
+  std::vector<std::int32_t> qsl{0};
+  std::vector<std::int32_t> seq_lens;
+  graphs::ChunkInput input;
+};
+
+void make_chunk(const memory::PipelineConfig& c, const Workload& w, BenchChunk& out) {
+  const int per_swa = c.swa_blocks_per_request();
+  const int per_comp = c.compressed_blocks_per_request();
+  out.swa.resize(static_cast<std::size_t>(w.requests));
+  out.comp.resize(static_cast<std::size_t>(w.requests));
+  for (int b = 0; b < w.requests; ++b) {
+    auto& s = out.swa[static_cast<std::size_t>(b)];
+    auto& k = out.comp[static_cast<std::size_t>(b)];
+    for (int i = 0; i < per_swa; ++i) s.push_back(b * per_swa + i);
+    for (int i = 0; i < per_comp; ++i) k.push_back(b * per_comp + i);
+    const int seq = w.prefix + w.new_tokens;
+    graphs::RequestInput r;
+    r.query_len = w.new_tokens;
+    r.seq_len = seq;
+    r.swa_blocks = s;
+    for (int i = 1; i < kNumRatios; ++i) r.compressed_blocks[i] = k;
+    out.requests.push_back(r);
+    out.seq_lens.push_back(seq);
+    out.qsl.push_back(out.qsl.back() + w.new_tokens);
+    for (int p = w.prefix; p < seq; ++p) {
+      const int bs = c.cache.swa_block_size;
+      out.swa_slots.push_back(s[static_cast<std::size_t>(p / bs)] * bs + p % bs);
+      for (int i = 1; i < kNumRatios; ++i) {
+        if ((p + 1) % kRatios[i] != 0) continue;
+        const int row = (p + 1) / kRatios[i] - 1;
+        const int rpb = c.cache.block_tokens / kRatios[i];
+        out.comp_slots[i].push_back(k[static_cast<std::size_t>(row / rpb)] * rpb + row % rpb);
+      }
+    }
+  }
+  out.input.requests = out.requests;
+  out.input.swa_slots = out.swa_slots;
+  for (int i = 1; i < kNumRatios; ++i) out.input.compressed_slots[i] = out.comp_slots[i];
+}
+
+/// Caches full of random data, query rows, sinks and the front's K rows and top-k indices.
+void fill_inputs(graphs::Executor& ex, const BenchChunk& chunk) {
+  const auto& c = ex.config();
+  for (std::size_t l = 0; l < c.layers.size(); ++l) {
+    const auto& layer = c.layers[l];
+    auto name = [&](const char* what) { return memory::slots::layer_slot(l, what); };
+    const std::int64_t swa_stride = memory::cache_block_stride(c.cache.swa_block_size);
+    SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(
+        reinterpret_cast<std::uint8_t*>(ex.pool().bytes(name("swa_cache"), 1)), c.cache.swa_blocks,
+        c.cache.swa_block_size, swa_stride, 11 + l, ex.stream()));
+    if (layer.compress_ratio > 1) {
+      const int rows = c.cache.block_tokens / layer.compress_ratio;
+      SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(
+          reinterpret_cast<std::uint8_t*>(ex.pool().bytes(name("compressed_cache"), 1)), c.cache.compressed_blocks,
+          rows, memory::cache_block_stride(rows), 23 + l, ex.stream()));
+    }
+    const std::size_t elems = std::size_t{1} * c.max_tokens * layer.h_q * layer.d_qk;
+    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(ex.pool().span<__nv_bfloat16>(name("q"), elems).data(), elems, 5,
+                                                     static_cast<int>(l), ex.stream()));
+    if (layer.attn_sink) {
+      std::vector<float> sink(static_cast<std::size_t>(layer.h_q));
+      for (std::size_t h = 0; h < sink.size(); ++h) sink[h] = kernels::front_q_value(9, static_cast<int>(l), h);
+      SPG_CUDA_TRY(cudaMemcpy(ex.pool().span<float>(name("attn_sink"), sink.size()).data(), sink.data(), sink.size() * 4,
+                              cudaMemcpyHostToDevice));
+    }
+  }
+  int new_rows[kNumRatios] = {0, static_cast<int>(chunk.comp_slots[1].size()), static_cast<int>(chunk.comp_slots[2].size())};
+  SPG_CUDA_TRY(kernels::SyntheticFront::run(samples::make_front_args(ex, chunk.qsl, chunk.seq_lens, new_rows, 3, 0),
+                                            ex.stream()));
+  ex.synchronize();
+}
+
+double step_host_us(graphs::Executor& ex, const graphs::ChunkInput& in, bool graph, int reps) {
+  std::vector<double> us;
+  for (int i = 0; i < reps + 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const graphs::RunResult r = graph ? ex.run(in) : ex.run_eager(in);
+    const auto t1 = std::chrono::steady_clock::now();
+    SPG_EXPECTS_AS(StateError, r.ok(), "bench: step failed: " << graphs::run_status_name(r.status));
+    ex.synchronize();
+    if (i >= 5) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  return median(std::move(us));
+}
+
+double back_to_back_us(graphs::Executor& ex, const graphs::ChunkInput& in, bool graph, int steps) {
+  ex.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) {
+    const graphs::RunResult r = graph ? ex.run(in) : ex.run_eager(in);
+    SPG_EXPECTS_AS(StateError, r.ok(), "bench: step failed: " << graphs::run_status_name(r.status));
+  }
+  ex.synchronize();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / steps;
+}
+
+}  // namespace
+
+void run_pipeline_benchmarks(Reporter& rep, bool quick) {
+  memory::AllocationCounter& counter = memory::AllocationCounter::instance();
+  const TimingOptions timing{5, quick ? 20 : 30};
+  for (const Workload& w : kWorkloads) {
+    const memory::PipelineConfig config = config_for(w);
+    graphs::ExecutorOptions opt;
+    opt.r_buckets = {w.requests};
+    opt.t_buckets = {w.requests * w.new_tokens};
+    graphs::Executor ex(config, opt);
+    ex.warmup();
+    BenchChunk chunk;
+    make_chunk(config, w, chunk);
+    fill_inputs(ex, chunk);
+    const graphs::ChunkInput& in = chunk.input;
+    auto add = [&](const char* variant, const char* metric, double v) { rep.add({"pipeline", w.name, variant, metric, v}); };
+
+    for (bool graph : {true, false}) {
+      const char* variant = graph ? "spgraph-graph" : "spgraph-eager";
+      add(variant, "gpu_us", median_gpu_us(ex.stream(), [&] { (void)(graph ? ex.run(in) : ex.run_eager(in)); }, timing));
+      add(variant, "host_us", step_host_us(ex, in, graph, timing.reps));
+      add(variant, "wall_us", back_to_back_us(ex, in, graph, quick ? 50 : 200));
+    }
+    counter.reset();
+    for (int i = 0; i < 100; ++i) (void)ex.run(in);
+    ex.synchronize();
+    add("spgraph-graph", "alloc_calls", static_cast<double>(counter.count()) / 100.0);
+
+    // The floor for the graph: every stage timed on its own, summed.
+    const graphs::Pipeline& p = ex.pipeline(0, 0);
+    double sum = 0;
+    for (int s = 0; s < p.stage_count(); ++s) {
+      sum += median_gpu_us(ex.stream(), [&] { (void)p.record_stage(s, 0, ex.stream()); }, timing);
+    }
+    add("kernels-sum", "gpu_us", sum);
+    const kernels::StepStatus st = ex.read_status();
+    SPG_EXPECTS_AS(StateError, st.total() == 0, "bench: workload " << w.name << " raised " << st.total() << " device faults");
+    std::printf("  pipeline %-7s graph %8.1f us  eager %8.1f us  sum %8.1f us  host %.2f / %.2f us\n", w.name,
+                rep.value("pipeline", w.name, "spgraph-graph", "gpu_us"), rep.value("pipeline", w.name, "spgraph-eager", "gpu_us"),
+                sum, rep.value("pipeline", w.name, "spgraph-graph", "host_us"),
+                rep.value("pipeline", w.name, "spgraph-eager", "host_us"));
+  }
+}
+
+void run_executor_benchmarks(Reporter& rep) {
+  const memory::PipelineConfig config = memory::PipelineConfig::v4_default();
+  graphs::Executor ex(config);
+  const graphs::WarmupReport w = ex.warmup();
+  auto add = [&](const char* metric, double v) { rep.add({"executor", "warmup/v4-default", "spgraph", metric, v}); };
+  add("capture_ms", w.capture_ms);
+  add("eager_ms", w.eager_ms);
+  add("graphs", w.graphs);
+  add("graph_mib", static_cast<double>(w.graph_device_bytes) / (1 << 20));
+  add("pool_gib", static_cast<double>(w.pool_device_bytes) / (1 << 30));
+  add("pool_alloc_calls", w.pool_allocation_calls);
+  add("kernels_per_step", w.kernel_launches_per_step);
+  std::printf("  executor warm-up: %d graphs in %.1f ms, graphs %.1f MiB, pool %.2f GiB\n", w.graphs, w.capture_ms,
+              static_cast<double>(w.graph_device_bytes) / (1 << 20), static_cast<double>(w.pool_device_bytes) / (1 << 30));
+}
+
+}  // namespace spg::bench

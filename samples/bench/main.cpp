@@ -1,0 +1,111 @@
+// bench: tables A-D of docs/benchmarks.md in one run on the GPU. Ceilings first (device copy and
+// a cuBLAS bf16 matrix product), then attention (A), the pipeline step (B), kernels alone (C) and
+// executor warm-up (D); a short table at the end and every record in --json.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+
+#include "kernels/synthetic_front/synthetic_front.hpp"
+#include "memory/error.hpp"
+#include "memory/resources.hpp"
+#include "samples/bench/bench_attention.hpp"
+#include "samples/bench/bench_kernels.hpp"
+#include "samples/bench/bench_pipeline.hpp"
+#include "samples/bench/report.hpp"
+
+namespace {
+
+using namespace spg;
+
+void measure_ceilings(bench::Reporter& rep, cudaStream_t stream) {
+  const std::size_t bytes = std::size_t{2} << 30;
+  memory::DeviceBuffer a(bytes);
+  memory::DeviceBuffer b(bytes);
+  SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(static_cast<__nv_bfloat16*>(a.data()), bytes / 2, 1, 0, stream));
+  const double copy_us = bench::median_gpu_us(
+      stream, [&] { SPG_CUDA_TRY(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream)); },
+      {3, 20});
+  rep.add({"ceilings", "copy", "cudaMemcpy", "gbps", 2.0 * static_cast<double>(bytes) / copy_us / 1e3});
+
+  const int n = 8192;
+  const std::size_t elems = std::size_t{1} * n * n;
+  memory::DeviceBuffer x(elems * 2);
+  memory::DeviceBuffer y(elems * 2);
+  memory::DeviceBuffer z(elems * 2);
+  SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(static_cast<__nv_bfloat16*>(x.data()), elems, 2, 0, stream));
+  SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(static_cast<__nv_bfloat16*>(y.data()), elems, 3, 0, stream));
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw Error("bench: cublasCreate failed");
+  cublasSetStream(handle, stream);
+  const float alpha = 1.0F;
+  const float beta = 0.0F;
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  const double gemm_us = bench::median_gpu_us(
+      stream,
+      [&] {
+        st = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, x.data(), CUDA_R_16BF, n, y.data(),
+                          CUDA_R_16BF, n, &beta, z.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      },
+      {3, 20});
+  cublasDestroy(handle);
+  if (st != CUBLAS_STATUS_SUCCESS) throw Error("bench: cublasGemmEx failed");
+  rep.add({"ceilings", "gemm-bf16-8192", "cublas", "tflops", 2.0 * n * static_cast<double>(n) * n / gemm_us / 1e6});
+  std::printf("  ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", rep.value("ceilings", "copy", "cudaMemcpy", "gbps"),
+              rep.value("ceilings", "gemm-bf16-8192", "cublas", "tflops"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json;
+  std::string tables = "ABCD";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else if (a == "--tables" && i + 1 < argc) {
+      tables = argv[++i];
+    } else if (a == "--quick") {
+      quick = true;
+    } else if (a == "--help" || a == "-h") {
+      std::printf("usage: bench [--tables ABCD] [--quick] [--json FILE]\n"
+                  "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor) to run\n"
+                  "  --quick    fewer rows and repetitions\n"
+                  "  --json     write every record to FILE\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "bench: unknown or incomplete flag '%s' (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (!memory::cuda_device_available()) {
+    std::printf("bench: no CUDA device found; nothing to measure.\n");
+    return 0;
+  }
+  try {
+    bench::Reporter rep;
+    memory::Stream stream;
+    measure_ceilings(rep, stream.get());
+    if (tables.find('A') != std::string::npos) bench::run_attention_benchmarks(rep, stream.get(), quick);
+    if (tables.find('B') != std::string::npos) bench::run_pipeline_benchmarks(rep, quick);
+    if (tables.find('C') != std::string::npos) bench::run_kernel_benchmarks(rep, stream.get());
+    if (tables.find('D') != std::string::npos) bench::run_executor_benchmarks(rep);
+    for (const char* suite : {"ceilings", "attention", "pipeline", "kernels", "executor"}) rep.print_table(suite);
+    if (!json.empty()) {
+      const char* commit = std::getenv("SPGRAPH_COMMIT");
+      const std::time_t t = std::time(nullptr);
+      char date[16];
+      std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&t));
+      rep.write_json(json, commit != nullptr ? commit : "unknown", date);
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,390 @@
+// Host-side world for executor tests: random caches and inputs in the pool, random chunks with
+// consistent block tables and insert slots, and the whole-pipeline CPU reference built from the
+// per-stage references in kernels/reference/.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/catch.hpp"
+#include "graphs/executor.hpp"
+#include "kernels/reference/kv_cache_reference.hpp"
+#include "kernels/reference/pipeline_reference.hpp"
+#include "memory/error.hpp"
+#include "memory/pipeline_pool.hpp"
+
+namespace spg::test {
+
+namespace ref = kernels::reference;
+using memory::kHeadDim;
+using memory::kNumRatios;
+using memory::ratio_index;
+
+/// A small three-layer program (C4A, SWA-only, C128A) with odd cache sizes.
+inline memory::PipelineConfig small_program() {
+  memory::PipelineConfig c;
+  c.max_requests = 4;
+  c.max_tokens = 64;
+  c.max_model_len = 1536;
+  c.layers = {memory::LayerConfig{64, 512, 512, 128, 4, 512, 0.0F, true},
+              memory::LayerConfig{64, 512, 512, 128, 1, 0, 0.0F, false},
+              memory::LayerConfig{128, 512, 512, 128, 128, 64, 0.0F, true}};
+  c.cache.swa_block_size = 64;
+  c.cache.block_tokens = 256;
+  c.cache.swa_blocks = 103;
+  c.cache.compressed_blocks = 29;
+  return c;
+}
+
+inline std::uint16_t random_bf16(std::mt19937_64& rng, float scale) {
+  std::normal_distribution<float> n(0.0F, scale);
+  return ref::bf16_round(n(rng));
+}
+
+/// One chunk's host data (owning) and its ChunkInput view.
+struct ChunkData {
+  std::vector<graphs::RequestInput> requests;
+  std::vector<std::vector<std::int32_t>> swa_blocks;
+  std::vector<std::vector<std::int32_t>> compressed_blocks[kNumRatios];
+  std::vector<std::int32_t> swa_slots;
+  std::vector<std::int32_t> compressed_slots[kNumRatios];
+  std::vector<int> compressed_source[kNumRatios];  // new compressed row -> token that completed it
+
+  graphs::ChunkInput input() const {
+    graphs::ChunkInput in;
+    in.requests = requests;
+    in.swa_slots = swa_slots;
+    for (int i = 0; i < kNumRatios; ++i) in.compressed_slots[i] = compressed_slots[i];
+    return in;
+  }
+  int tokens() const { return input().num_tokens(); }
+};
+
+/// Random caches, q, top-k indices, sinks and new K rows for every layer, mirrored on the host.
+class World {
+ public:
+  World(graphs::Executor& ex, std::uint64_t seed) : ex_(ex), cfg_(ex.config()), rng_(seed) {
+    const std::size_t L = cfg_.layers.size();
+    swa_.resize(L);
+    comp_.resize(L);
+    q_.resize(L);
+    sink_.resize(L);
+    k_rows_.resize(L);
+    ck_rows_.resize(L);
+    topk_.resize(L);
+    for (std::size_t l = 0; l < L; ++l) {
+      const auto& layer = cfg_.layers[l];
+      fill_cache(swa_[l], swa_layout());
+      if (layer.compress_ratio > 1) fill_cache(comp_[l], comp_layout(layer.compress_ratio));
+      q_[l].resize(std::size_t{1} * cfg_.max_tokens * layer.h_q * layer.d_qk);
+      for (auto& v : q_[l]) v = random_bf16(rng_, 1.0F);
+      if (layer.attn_sink) {
+        sink_[l].resize(static_cast<std::size_t>(layer.h_q));
+        std::normal_distribution<float> n(0.0F, 2.0F);
+        for (auto& v : sink_[l]) v = n(rng_);
+      }
+      k_rows_[l].resize(std::size_t{1} * cfg_.max_tokens * kHeadDim);
+      for (auto& v : k_rows_[l]) v = random_bf16(rng_, 3.0F);
+      if (layer.compress_ratio > 1) {
+        const int cap = memory::ChunkMetaLayout::compressed_slot_capacity(cfg_, layer.compress_ratio);
+        ck_rows_[l].resize(std::size_t{1} * cap * kHeadDim);
+        for (auto& v : ck_rows_[l]) v = random_bf16(rng_, 0.5F);
+      }
+      topk_[l].assign(std::size_t{1} * cfg_.max_tokens * std::max(layer.top_k, 1), -1);
+    }
+    upload_all();
+  }
+
+  kernels::CacheLayout swa_layout() const {
+    return kernels::CacheLayout::make(cfg_.cache.swa_block_size, cfg_.cache.swa_blocks);
+  }
+  kernels::CacheLayout comp_layout(int r) const {
+    return kernels::CacheLayout::make(cfg_.cache.block_tokens / r, cfg_.cache.compressed_blocks);
+  }
+
+  /// A random chunk of `n` requests and `tokens` tokens (query_len 0 allowed when tokens < n).
+  ChunkData random_chunk(int n, int tokens, int max_seq = -1, int min_seq = 0) {
+    if (max_seq < 0) max_seq = cfg_.max_model_len;
+    ChunkData c;
+    std::vector<int> q(static_cast<std::size_t>(n), 0);
+    for (int t = 0; t < tokens; ++t) q[static_cast<std::size_t>(rng_() % static_cast<std::uint64_t>(n))]++;
+    std::vector<std::int32_t> swa_free(static_cast<std::size_t>(cfg_.cache.swa_blocks));
+    std::iota(swa_free.begin(), swa_free.end(), 0);
+    std::shuffle(swa_free.begin(), swa_free.end(), rng_);
+    std::vector<std::int32_t> c_free(static_cast<std::size_t>(cfg_.cache.compressed_blocks));
+    std::iota(c_free.begin(), c_free.end(), 0);
+    std::shuffle(c_free.begin(), c_free.end(), rng_);
+    std::size_t swa_next = 0;
+    std::size_t c_next[kNumRatios] = {0, 0, 0};
+    std::vector<std::int32_t> c_free_r[kNumRatios] = {{}, c_free, c_free};
+    std::shuffle(c_free_r[2].begin(), c_free_r[2].end(), rng_);
+    for (int b = 0; b < n; ++b) {
+      const int ql = q[static_cast<std::size_t>(b)];
+      const int lo = std::max(0, min_seq - ql);
+      const int prefix = lo + static_cast<int>(rng_() % static_cast<std::uint64_t>(max_seq - ql - lo + 1));
+      graphs::RequestInput r;
+      r.query_len = ql;
+      r.seq_len = prefix + ql;
+      const int swa_need = (r.seq_len + cfg_.cache.swa_block_size - 1) / cfg_.cache.swa_block_size;
+      c.swa_blocks.emplace_back(swa_free.begin() + static_cast<std::ptrdiff_t>(swa_next),
+                                swa_free.begin() + static_cast<std::ptrdiff_t>(swa_next + swa_need));
+      swa_next += static_cast<std::size_t>(swa_need);
+      const int c_need = (r.seq_len + cfg_.cache.block_tokens - 1) / cfg_.cache.block_tokens;
+      for (int i = 1; i < kNumRatios; ++i) {
+        c.compressed_blocks[i].emplace_back(c_free_r[i].begin() + static_cast<std::ptrdiff_t>(c_next[i]),
+                                            c_free_r[i].begin() + static_cast<std::ptrdiff_t>(c_next[i] + c_need));
+        c_next[i] += static_cast<std::size_t>(c_need);
+      }
+      c.requests.push_back(r);
+    }
+    int token = 0;
+    for (int b = 0; b < n; ++b) {
+      const auto& r = c.requests[static_cast<std::size_t>(b)];
+      for (int p = r.seq_len - r.query_len; p < r.seq_len; ++p, ++token) {
+        const int bs = cfg_.cache.swa_block_size;
+        c.swa_slots.push_back(c.swa_blocks[static_cast<std::size_t>(b)][static_cast<std::size_t>(p / bs)] * bs + p % bs);
+        for (int i = 1; i < kNumRatios; ++i) {
+          const int ratio = memory::kRatios[i];
+          if ((p + 1) % ratio != 0) continue;
+          const int row = (p + 1) / ratio - 1;
+          const int rpb = cfg_.cache.block_tokens / ratio;
+          c.compressed_slots[i].push_back(
+              c.compressed_blocks[i][static_cast<std::size_t>(b)][static_cast<std::size_t>(row / rpb)] * rpb + row % rpb);
+          c.compressed_source[i].push_back(token);
+        }
+      }
+    }
+    // Block table rows reference the owning vectors.
+    for (int b = 0; b < n; ++b) {
+      auto& r = c.requests[static_cast<std::size_t>(b)];
+      r.swa_blocks = c.swa_blocks[static_cast<std::size_t>(b)];
+      for (int i = 1; i < kNumRatios; ++i) r.compressed_blocks[i] = c.compressed_blocks[i][static_cast<std::size_t>(b)];
+    }
+    return c;
+  }
+
+  /// Fresh random top-k indices for the chunk's tokens (about 10% -1), uploaded.
+  void randomize_topk(const ChunkData& c) {
+    for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
+      const auto& layer = cfg_.layers[l];
+      if (layer.compress_ratio == 1) continue;
+      std::fill(topk_[l].begin(), topk_[l].end(), -1);
+      int token = 0;
+      for (const auto& r : c.requests) {
+        const int rows = r.seq_len / layer.compress_ratio;
+        for (int t = 0; t < r.query_len; ++t, ++token) {
+          for (int j = 0; j < layer.top_k; ++j) {
+            const bool none = rows == 0 || rng_() % 10 == 0;
+            topk_[l][static_cast<std::size_t>(token) * layer.top_k + j] =
+                none ? -1 : static_cast<std::int32_t>(rng_() % static_cast<std::uint64_t>(rows));
+          }
+        }
+      }
+      upload(memory::slots::layer_slot(l, "topk_indices"), topk_[l]);
+    }
+  }
+
+  /// Random top-k indices for every token row of the pool, valid for any request of at least
+  /// `min_seq` tokens (indices < min_seq / r), uploaded.
+  void randomize_topk_all(int min_seq) {
+    for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
+      const auto& layer = cfg_.layers[l];
+      if (layer.compress_ratio == 1) continue;
+      const int rows = min_seq / layer.compress_ratio;
+      for (auto& v : topk_[l]) {
+        v = rows == 0 || rng_() % 10 == 0 ? -1 : static_cast<std::int32_t>(rng_() % static_cast<std::uint64_t>(rows));
+      }
+      upload(memory::slots::layer_slot(l, "topk_indices"), topk_[l]);
+    }
+  }
+
+  /// Applies the insert stage to the host caches, as the device does when the executor inserts.
+  void apply_insert(const ChunkData& c, const std::vector<int>& layers) {
+    for (int li : layers) {
+      const auto l = static_cast<std::size_t>(li);
+      const auto& layer = cfg_.layers[l];
+      ref::FaultLog log;
+      ref::kv_insert(k_rows_[l].data(), c.swa_slots.data(), static_cast<int>(c.swa_slots.size()),
+                     static_cast<int>(c.swa_slots.size()), swa_[l].data(), swa_layout(), log);
+      if (layer.compress_ratio > 1) {
+        const int i = ratio_index(layer.compress_ratio);
+        const int n = static_cast<int>(c.compressed_slots[i].size());
+        ref::kv_insert(ck_rows_[l].data(), c.compressed_slots[i].data(), n, n, comp_[l].data(),
+                       comp_layout(layer.compress_ratio), log);
+      }
+      REQUIRE(log.count(kernels::Fault::slot) == 0);
+    }
+  }
+
+  /// Expected outputs of layer `l` for a chunk run at (r_bucket, t_bucket): [t_bucket, h_q, ...].
+  ref::SparseMlaReferenceOutputs reference(const ChunkData& c, std::size_t l, int r_bucket, int t_bucket) const {
+    const auto& layer = cfg_.layers[l];
+    const int r = layer.compress_ratio;
+    const int ri = ratio_index(r);
+    std::vector<int> q_lens, s_lens;
+    for (const auto& req : c.requests) {
+      q_lens.push_back(req.query_len);
+      s_lens.push_back(req.seq_len);
+    }
+    const memory::ChunkMetaLayout meta = memory::ChunkMetaLayout::make(cfg_);
+    std::vector<std::int32_t> swa_table(static_cast<std::size_t>(r_bucket) * meta.swa_table_width, -7);
+    std::vector<std::int32_t> c_table(static_cast<std::size_t>(r_bucket) * meta.compressed_table_width, -7);
+    for (std::size_t b = 0; b < c.requests.size(); ++b) {
+      std::copy(c.swa_blocks[b].begin(), c.swa_blocks[b].end(),
+                swa_table.begin() + static_cast<std::ptrdiff_t>(b) * meta.swa_table_width);
+      if (r > 1) {
+        std::copy(c.compressed_blocks[ri][b].begin(), c.compressed_blocks[ri][b].end(),
+                  c_table.begin() + static_cast<std::ptrdiff_t>(b) * meta.compressed_table_width);
+      }
+    }
+    ref::LayerStepInputs in;
+    in.layer = &layer;
+    in.swa = ref::CacheView{swa_[l].data(), swa_layout(), swa_table.data(), meta.swa_table_width};
+    if (r > 1) in.compressed = ref::CacheView{comp_[l].data(), comp_layout(r), c_table.data(), meta.compressed_table_width};
+    in.chunk = ref::make_host_chunk(q_lens, s_lens, r, layer.window, r_bucket);
+    in.r_bucket = r_bucket;
+    in.t_bucket = t_bucket;
+    in.max_rows_per_request = cfg_.max_kv_rows(layer);
+    in.q = q_[l].data();
+    in.topk = r > 1 ? topk_[l].data() : nullptr;
+    in.attn_sink = sink_[l];
+    ref::FaultLog log;
+    auto out = ref::layer_step_reference(in, log);
+    REQUIRE(log.counts == std::array<std::uint32_t, kernels::kFaultKinds>{});
+    return out;
+  }
+
+  graphs::Executor& executor() { return ex_; }
+  std::mt19937_64& rng() { return rng_; }
+
+ private:
+  void fill_cache(std::vector<std::uint8_t>& cache, const kernels::CacheLayout& layout) {
+    cache.assign(layout.bytes(), 0);
+    std::vector<std::uint16_t> row(kHeadDim);
+    for (std::int64_t s = 0; s < layout.capacity(); ++s) {
+      const float scale = std::ldexp(1.0F, static_cast<int>(rng_() % 9) - 4);
+      for (auto& v : row) v = random_bf16(rng_, scale);
+      ref::quantize_row(row.data(), cache.data() + layout.row_offset(s), cache.data() + layout.scale_offset(s));
+    }
+  }
+
+  template <class T>
+  void upload(const std::string& slot, const std::vector<T>& host) {
+    if (host.empty()) return;
+    SPG_CUDA_TRY(cudaMemcpy(ex_.pool().bytes(slot, host.size() * sizeof(T)), host.data(), host.size() * sizeof(T),
+                            cudaMemcpyHostToDevice));
+  }
+
+  void upload_all() {
+    for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
+      auto name = [&](const char* what) { return memory::slots::layer_slot(l, what); };
+      upload(name("swa_cache"), swa_[l]);
+      if (!comp_[l].empty()) upload(name("compressed_cache"), comp_[l]);
+      upload(name("q"), q_[l]);
+      if (!sink_[l].empty()) upload(name("attn_sink"), sink_[l]);
+      upload(name("k_rows"), k_rows_[l]);
+      if (!ck_rows_[l].empty()) upload(name("compressed_k_rows"), ck_rows_[l]);
+    }
+  }
+
+  graphs::Executor& ex_;
+  const memory::PipelineConfig& cfg_;
+  std::mt19937_64 rng_;
+  std::vector<std::vector<std::uint8_t>> swa_, comp_;
+  std::vector<std::vector<std::uint16_t>> q_, k_rows_, ck_rows_;
+  std::vector<std::vector<float>> sink_;
+  std::vector<std::vector<std::int32_t>> topk_;
+};
+
+/// A layer's outputs copied back: out as bf16 bits, lse and max_logits.
+struct LayerOutputs {
+  std::vector<std::uint16_t> out;
+  std::vector<float> lse, max_logits;
+  bool operator==(const LayerOutputs& o) const {
+    return out == o.out && std::memcmp(lse.data(), o.lse.data(), lse.size() * 4) == 0 &&
+           std::memcmp(max_logits.data(), o.max_logits.data(), max_logits.size() * 4) == 0;
+  }
+};
+
+inline LayerOutputs read_outputs(graphs::Executor& ex, std::size_t l, int t_bucket) {
+  const auto& layer = ex.config().layers[l];
+  LayerOutputs o;
+  o.out.resize(std::size_t{1} * t_bucket * layer.h_q * layer.d_v);
+  o.lse.resize(std::size_t{1} * t_bucket * layer.h_q);
+  o.max_logits.resize(o.lse.size());
+  ex.synchronize();
+  auto& pool = ex.pool();
+  SPG_CUDA_TRY(cudaMemcpy(o.out.data(), pool.bytes(memory::slots::layer_slot(l, "out"), o.out.size() * 2),
+                          o.out.size() * 2, cudaMemcpyDeviceToHost));
+  SPG_CUDA_TRY(cudaMemcpy(o.lse.data(), pool.bytes(memory::slots::layer_slot(l, "lse"), o.lse.size() * 4),
+                          o.lse.size() * 4, cudaMemcpyDeviceToHost));
+  SPG_CUDA_TRY(cudaMemcpy(o.max_logits.data(),
+                          pool.bytes(memory::slots::layer_slot(l, "max_logits"), o.max_logits.size() * 4),
+                          o.max_logits.size() * 4, cudaMemcpyDeviceToHost));
+  return o;
+}
+
+/// The accuracy bars of docs/pipeline.md; fails on the worst element with its position.
+inline void check_against_reference(const LayerOutputs& got, const ref::SparseMlaReferenceOutputs& want,
+                                    const std::string& what) {
+  INFO(what);
+  REQUIRE(got.lse.size() == want.lse.size());
+  double worst = 0;
+  std::size_t worst_i = 0;
+  double dot = 0, n_got = 0, n_want = 0;
+  for (std::size_t i = 0; i < got.out.size(); ++i) {
+    const double g = ref::bf16_value(got.out[i]);
+    const double w = want.out[i];
+    const double err = std::abs(g - w);
+    const double excess = std::isnan(g) ? 1e30 : std::min(err / 8e-4, err / (std::abs(w) * 2.4e-2 + 1e-300));
+    if (excess > worst) {
+      worst = excess;
+      worst_i = i;
+    }
+    dot += g * w;
+    n_got += g * g;
+    n_want += w * w;
+  }
+  INFO("worst out element " << worst_i << ": got " << ref::bf16_value(got.out[worst_i]) << ", want "
+                            << want.out[worst_i]);
+  CHECK(worst <= 1.0);
+  if (n_want > 0) {
+    const double cos_diff = 1.0 - dot / std::sqrt(n_got * n_want);
+    CHECK(cos_diff <= 1e-5);
+  }
+  auto check_stat = [&](const std::vector<float>& g, const std::vector<double>& w, const char* name) {
+    double worst_s = 0;
+    std::size_t at = 0;
+    bool inf_mismatch = false;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      if (std::isinf(w[i]) || std::isinf(g[i])) {
+        if (static_cast<double>(g[i]) != w[i]) {
+          inf_mismatch = true;
+          at = i;
+        }
+        continue;
+      }
+      const double err = std::abs(g[i] - w[i]);
+      const double excess = std::isnan(g[i]) ? 1e30 : std::min(err / 1e-4, err / (std::abs(w[i]) * 3e-5 + 1e-300));
+      if (excess > worst_s) {
+        worst_s = excess;
+        at = i;
+      }
+    }
+    INFO(name << " worst element " << at << ": got " << g[at] << ", want " << w[at]);
+    CHECK_FALSE(inf_mismatch);
+    CHECK(worst_s <= 1.0);
+  };
+  check_stat(got.lse, want.lse, "lse");
+  check_stat(got.max_logits, want.max_logits, "max_logits");
+}
+
+}  // namespace spg::test
