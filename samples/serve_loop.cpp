@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "graphs/executor.hpp"
+#include "kernels/checksum/checksum.hpp"
 #include "kernels/synthetic_front/synthetic_front.hpp"
 #include "memory/allocation_counter.hpp"
 #include "memory/error.hpp"
@@ -34,6 +35,8 @@ struct Options {
   bool plan_only{false};
   bool eager{false};
   bool progress{true};
+  bool checksum{false};
+  bool require_gpu{false};
   long steps{1000};
   int verify{0};
   std::string json;
@@ -72,6 +75,9 @@ void print_help() {
       "  --max-requests R     requests per chunk, 1..64 (default 4)\n"
       "  --max-tokens T       tokens per chunk, 16..65536 (default 2048)\n"
       "  --max-model-len L    longest sequence, 1..1048576 (default 65536)\n"
+      "  --checksum           print a checksum of every chunk's outputs (graph and eager runs of one\n"
+      "                       trace must print the same)\n"
+      "  --require-gpu        exit with code 77 (skipped) instead of planning when there is no GPU\n"
       "  --no-progress        no progress bar\n");
 }
 
@@ -109,6 +115,10 @@ Options parse(int argc, char** argv) {
       o.plan_only = true;
     } else if (a == "--no-progress") {
       o.progress = false;
+    } else if (a == "--checksum") {
+      o.checksum = true;
+    } else if (a == "--require-gpu") {
+      o.require_gpu = true;
     } else if (a == "--steps") {
       o.steps = take_int(1, 10000000);
     } else if (a == "--verify") {
@@ -277,6 +287,8 @@ int run(const Options& opt) {
   std::printf("workload: %s\n", wc.describe().c_str());
 
   samples::Verifier verifier(ex, opt.seed);
+  memory::DeviceBuffer checksum(sizeof(std::uint64_t));
+  SPG_CUDA_TRY(cudaMemset(checksum.data(), 0, sizeof(std::uint64_t)));
   constexpr int kRing = 64;  // GPU-time events: read back 64 chunks later, never waited on early
   std::vector<memory::Event> ev_start;
   std::vector<memory::Event> ev_stop;
@@ -345,6 +357,22 @@ int run(const Options& opt) {
       host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count());
       padded += ex.buckets().t_of(r.bucket) - cp.num_tokens;
       tokens += cp.num_tokens;
+      if (opt.checksum) {
+        const int t_bucket = ex.buckets().t_of(r.bucket);
+        for (std::size_t l = 0; l < config.layers.size(); ++l) {
+          const auto& layer = config.layers[l];
+          const std::size_t rows = std::size_t{1} * t_bucket * layer.h_q;
+          auto& pool = ex.pool();
+          auto* acc = static_cast<std::uint64_t*>(checksum.data());
+          const auto salt = static_cast<std::uint64_t>(chunks) << 32 | l << 8;
+          SPG_CUDA_TRY(kernels::Checksum::accumulate(pool.bytes(memory::slots::layer_slot(l, "out"), rows * 1024),
+                                                     rows * 1024, salt, acc, ex.stream()));
+          SPG_CUDA_TRY(kernels::Checksum::accumulate(pool.bytes(memory::slots::layer_slot(l, "lse"), rows * 4), rows * 4,
+                                                     salt + 1, acc, ex.stream()));
+          SPG_CUDA_TRY(kernels::Checksum::accumulate(pool.bytes(memory::slots::layer_slot(l, "max_logits"), rows * 4),
+                                                     rows * 4, salt + 2, acc, ex.stream()));
+        }
+      }
       if (verify_this) {
         verifier.after(view, r.bucket, static_cast<std::uint64_t>(chunks));
         verify_at.push_back(static_cast<int>(step));
@@ -380,6 +408,11 @@ int run(const Options& opt) {
               static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
               static_cast<double>(warm.graph_device_bytes) / (1 << 20), warm.capture_ms);
   std::printf("  device faults (last step)  %llu\n", static_cast<unsigned long long>(status.total()));
+  if (opt.checksum) {
+    std::uint64_t sum = 0;
+    SPG_CUDA_TRY(cudaMemcpy(&sum, checksum.data(), sizeof sum, cudaMemcpyDeviceToHost));
+    std::printf("  output checksum            %016llx\n", static_cast<unsigned long long>(sum));
+  }
   if (opt.verify > 0) {
     std::printf("  verified chunks            %d passed, %d failed\n", verifier.passed(), verifier.failed());
   }
@@ -424,6 +457,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!spg::memory::cuda_device_available()) {
+      if (opt.require_gpu) {
+        std::printf("serve_loop: no CUDA device found; skipping (exit code 77)\n");
+        return 77;
+      }
       std::printf("serve_loop: no CUDA device found; running the CPU-side planner instead.\n\n");
       print_plan(config);
       return 0;

@@ -160,87 +160,111 @@ void add_rate(Reporter& reporter, const std::string& name, const std::string& va
   if (std::isfinite(copy_gbps)) reporter.add(Record{"kernels", name, variant, "copy_ratio", gbps / copy_gbps});
 }
 
-/// Dequant-gather and insert at the large workload.
-void measure_cache_kernels(Reporter& reporter, cudaStream_t stream, double copy_gbps) {
-  constexpr int kSets = 4;
+/// One rotation set of the large workload: its caches, block tables and kv workspace.
+struct CacheSet {
+  DeviceBuffer compressed_cache, swa_cache, compressed_table, swa_table, kv;
+};
+
+/// The large workload's caches (filled with quantized rows), metadata and gather arguments.
+struct CacheWorkload {
+  static constexpr int kSets = 4;
+  int compressed_rows{0};  // per request
+  int swa_stride{0};
+  CacheLayout compressed_layout{};
+  CacheLayout swa_layout{};
+  DeviceBuffer status_buffer{sizeof(StepStatus)};
+  DeviceChunk chunk;
+  std::vector<CacheSet> sets;
+  std::vector<KvGatherArgs> both, compressed, window;  // per set
+
+  [[nodiscard]] StepStatus* status() const { return at<StepStatus>(status_buffer); }
+  /// Bytes one gathered row moves: its 576-byte data row and 8-byte scale row read, 1024 bytes written.
+  static constexpr double kRowBytes = kKvRowBytes + kKvScaleBytes + 2.0 * kKvDim;
+  [[nodiscard]] double compressed_bytes() const { return double(kRequests) * compressed_rows * kRowBytes; }
+  [[nodiscard]] double window_bytes() const { return double(kRequests) * chunk.host.gather_lens[0] * kRowBytes; }
+};
+
+CacheWorkload make_cache_workload(std::mt19937& rng, cudaStream_t stream) {
+  CacheWorkload w;
   const int seq = kPrefix + kNewTokens;
-  const int compressed_rows = seq / kRatio;                        // 8704 per request
+  w.compressed_rows = seq / kRatio;                                // 8704 per request
   const int compressed_block = kBlockTokens / kRatio;              // 64 rows
-  const int compressed_used = (compressed_rows + compressed_block - 1) / compressed_block;
+  const int compressed_used = (w.compressed_rows + compressed_block - 1) / compressed_block;
   const int compressed_stride = kMaxModelLen / kRatio / compressed_block;
   const int swa_used = (seq + kSwaBlock - 1) / kSwaBlock;
-  const int swa_stride = kMaxModelLen / kSwaBlock;
-  const CacheLayout compressed_layout = CacheLayout::make(compressed_block, kRequests * compressed_used + 16);
-  const CacheLayout swa_layout = CacheLayout::make(kSwaBlock, kRequests * swa_used + 16);
+  w.swa_stride = kMaxModelLen / kSwaBlock;
+  w.compressed_layout = CacheLayout::make(compressed_block, kRequests * compressed_used + 16);
+  w.swa_layout = CacheLayout::make(kSwaBlock, kRequests * swa_used + 16);
+  // M_max of the layer (max_model_len / r + min(max_model_len, T + W - 1)) for T = 4 x 2048.
   const std::int64_t max_rows = kMaxModelLen / kRatio + std::min(kMaxModelLen, kNewTokens * kRequests + kWindow - 1);
 
-  std::mt19937 rng(2024);
   constexpr int kFillRows = 16384;
   const DeviceBuffer fill_rows = upload(random_rows(rng, kFillRows));
-  const DeviceBuffer status_buffer(sizeof(StepStatus));
-  auto* status = at<StepStatus>(status_buffer);
-  SPG_CUDA_TRY(reset(status, stream));
-
-  const DeviceChunk chunk = make_chunk(kRequests, kNewTokens, kPrefix, kRatio);
-  struct Set {
-    DeviceBuffer compressed_cache, swa_cache, compressed_table, swa_table, kv;
-  };
-  std::vector<Set> sets;
-  for (int s = 0; s < kSets; ++s) {
-    Set set;
-    set.compressed_cache = DeviceBuffer(compressed_layout.bytes());
-    set.swa_cache = DeviceBuffer(swa_layout.bytes());
-    fill_cache(at<std::uint8_t>(set.compressed_cache), compressed_layout, fill_rows, kFillRows, status, stream);
-    fill_cache(at<std::uint8_t>(set.swa_cache), swa_layout, fill_rows, kFillRows, status, stream);
+  SPG_CUDA_TRY(reset(w.status(), stream));
+  w.chunk = make_chunk(kRequests, kNewTokens, kPrefix, kRatio);
+  for (int s = 0; s < CacheWorkload::kSets; ++s) {
+    CacheSet set;
+    set.compressed_cache = DeviceBuffer(w.compressed_layout.bytes());
+    set.swa_cache = DeviceBuffer(w.swa_layout.bytes());
+    fill_cache(at<std::uint8_t>(set.compressed_cache), w.compressed_layout, fill_rows, kFillRows, w.status(), stream);
+    fill_cache(at<std::uint8_t>(set.swa_cache), w.swa_layout, fill_rows, kFillRows, w.status(), stream);
     set.compressed_table =
-        upload(block_table(rng, kRequests, compressed_used, compressed_stride, compressed_layout.num_blocks));
-    set.swa_table = upload(block_table(rng, kRequests, swa_used, swa_stride, swa_layout.num_blocks));
+        upload(block_table(rng, kRequests, compressed_used, compressed_stride, w.compressed_layout.num_blocks));
+    set.swa_table = upload(block_table(rng, kRequests, swa_used, w.swa_stride, w.swa_layout.num_blocks));
     set.kv = DeviceBuffer(std::size_t(kRequests) * std::size_t(max_rows) * kKvDim * 2);
-    sets.push_back(std::move(set));
+    w.sets.push_back(std::move(set));
   }
-  auto gather_args = [&](const Set& set, GatherPart part) {
+  auto gather_args = [&](const CacheSet& set, GatherPart part) {
     KvGatherArgs a;
     const bool window = part == GatherPart::window;
     a.cache = at<const std::uint8_t>(window ? set.swa_cache : set.compressed_cache);
-    a.layout = window ? swa_layout : compressed_layout;
+    a.layout = window ? w.swa_layout : w.compressed_layout;
     a.block_table = at<const std::int32_t>(window ? set.swa_table : set.compressed_table);
-    a.block_table_stride = window ? swa_stride : compressed_stride;
-    a.chunk = chunk.arrays;
+    a.block_table_stride = window ? w.swa_stride : compressed_stride;
+    a.chunk = w.chunk.arrays;
     a.part = part;
     a.compress_ratio = kRatio;
     a.requests_bucket = kRequests;
     a.max_rows_per_request = max_rows;
     a.kv = at<__nv_bfloat16>(set.kv);
-    a.status = status;
+    a.status = w.status();
     if (part == GatherPart::both) {
       a.window_cache = at<const std::uint8_t>(set.swa_cache);
-      a.window_layout = swa_layout;
+      a.window_layout = w.swa_layout;
       a.window_block_table = at<const std::int32_t>(set.swa_table);
-      a.window_block_table_stride = swa_stride;
+      a.window_block_table_stride = w.swa_stride;
     }
     KvGather::can_implement(a);
     return a;
   };
-  std::vector<KvGatherArgs> both;
-  std::vector<KvGatherArgs> compressed;
-  std::vector<KvGatherArgs> window;
-  for (const Set& set : sets) {
-    both.push_back(gather_args(set, GatherPart::both));
-    compressed.push_back(gather_args(set, GatherPart::compressed));
-    window.push_back(gather_args(set, GatherPart::window));
+  for (const CacheSet& set : w.sets) {
+    w.both.push_back(gather_args(set, GatherPart::both));
+    w.compressed.push_back(gather_args(set, GatherPart::compressed));
+    w.window.push_back(gather_args(set, GatherPart::window));
   }
+  return w;
+}
 
-  // Bytes: each gathered row reads its 576-byte data row and 8-byte scale row, writes 1024 bytes.
-  const double row_bytes = kKvRowBytes + kKvScaleBytes + 2.0 * kKvDim;
-  const double window_rows = double(kRequests) * chunk.host.gather_lens[0];
-  const double c_rows = double(kRequests) * compressed_rows;
+/// Dequant-gather and insert at the large workload.
+void measure_cache_kernels(Reporter& reporter, cudaStream_t stream, double copy_gbps) {
+  std::mt19937 rng(2024);
+  const CacheWorkload w = make_cache_workload(rng, stream);
+  constexpr int kSets = CacheWorkload::kSets;
+  StepStatus* status = w.status();
+  const auto& sets = w.sets;
+  const auto& both = w.both;
+  const auto& compressed = w.compressed;
+  const auto& window = w.window;
+  const CacheLayout swa_layout = w.swa_layout;
+  const int swa_stride = w.swa_stride;
+
   int current = 0;
   const auto rotate = [&](int i) { current = i % kSets; };
   const std::string name = "dequant-gather/large";
 
   double us = median_gpu_us(stream, [&] { SPG_CUDA_TRY(KvGather::run(both[std::size_t(current)], nullptr, stream)); },
                             {}, rotate);
-  add_rate(reporter, name, "spgraph", us, (c_rows + window_rows) * row_bytes, copy_gbps);
+  add_rate(reporter, name, "spgraph", us, w.compressed_bytes() + w.window_bytes(), copy_gbps);
   us = median_gpu_us(
       stream,
       [&] {
@@ -248,13 +272,13 @@ void measure_cache_kernels(Reporter& reporter, cudaStream_t stream, double copy_
         SPG_CUDA_TRY(KvGather::run(window[std::size_t(current)], nullptr, stream));
       },
       {}, rotate);
-  add_rate(reporter, name, "spgraph-two-launches", us, (c_rows + window_rows) * row_bytes, copy_gbps);
+  add_rate(reporter, name, "spgraph-two-launches", us, w.compressed_bytes() + w.window_bytes(), copy_gbps);
   us = median_gpu_us(
       stream, [&] { SPG_CUDA_TRY(KvGather::run(compressed[std::size_t(current)], nullptr, stream)); }, {}, rotate);
-  add_rate(reporter, name + "/compressed", "spgraph", us, c_rows * row_bytes, copy_gbps);
+  add_rate(reporter, name + "/compressed", "spgraph", us, w.compressed_bytes(), copy_gbps);
   us = median_gpu_us(
       stream, [&] { SPG_CUDA_TRY(KvGather::run(window[std::size_t(current)], nullptr, stream)); }, {}, rotate);
-  add_rate(reporter, name + "/window", "spgraph", us, window_rows * row_bytes, copy_gbps);
+  add_rate(reporter, name + "/window", "spgraph", us, w.window_bytes(), copy_gbps);
   SPG_CUDA_TRY(cudaStreamSynchronize(stream));
   check_no_faults(status, "dequant-gather");
 

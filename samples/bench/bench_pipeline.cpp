@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -199,6 +200,106 @@ void run_pipeline_benchmarks(Reporter& rep, bool quick) {
                 sum, rep.value("pipeline", w.name, "spgraph-graph", "host_us"),
                 rep.value("pipeline", w.name, "spgraph-eager", "host_us"));
   }
+}
+
+namespace {
+
+void write_raw(const std::string& path, const void* device, std::size_t bytes) {
+  std::vector<char> host(bytes);
+  SPG_CUDA_TRY(cudaMemcpy(host.data(), device, bytes, cudaMemcpyDeviceToHost));
+  std::ofstream f(path, std::ios::binary);
+  f.write(host.data(), static_cast<std::streamsize>(bytes));
+  SPG_EXPECTS(f.good(), "--dump: cannot write '" << path << "'");
+}
+
+void write_host(const std::string& path, const std::vector<std::int32_t>& v) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  SPG_EXPECTS(f.good(), "--dump: cannot write '" << path << "'");
+}
+
+std::string entry(const char* name, const char* dtype, std::initializer_list<std::int64_t> shape) {
+  std::string s = std::string("\"") + name + "\": {\"file\": \"" + name + ".bin\", \"dtype\": \"" + dtype + "\", \"shape\": [";
+  bool first = true;
+  for (std::int64_t d : shape) {
+    s += (first ? "" : ", ") + std::to_string(d);
+    first = false;
+  }
+  return s + "]}";
+}
+
+}  // namespace
+
+void dump_small_workload(const std::string& dir) {
+  const Workload& w = kWorkloads[1];
+  const memory::PipelineConfig config = config_for(w);
+  graphs::ExecutorOptions opt;
+  opt.r_buckets = {w.requests};
+  opt.t_buckets = {w.requests * w.new_tokens};
+  graphs::Executor ex(config, opt);
+  ex.warmup();
+  BenchChunk chunk;
+  make_chunk(config, w, chunk);
+  fill_inputs(ex, chunk);
+  const graphs::RunResult r = ex.run(chunk.input);
+  SPG_EXPECTS_AS(StateError, r.ok(), "--dump: step failed: " << graphs::run_status_name(r.status));
+  ex.synchronize();
+
+  const memory::LayerConfig& l = config.layers[0];
+  const memory::ChunkMetaLayout meta = memory::ChunkMetaLayout::make(config);
+  const int R = w.requests;
+  const int T = R * w.new_tokens;
+  const int crows = config.cache.block_tokens / l.compress_ratio;
+  const std::int64_t swa_stride = memory::cache_block_stride(config.cache.swa_block_size);
+  const std::int64_t c_stride = memory::cache_block_stride(crows);
+  auto& pool = ex.pool();
+  auto slot = [&](const char* what) { return memory::slots::layer_slot(0, what); };
+  auto raw = [&](const char* what, std::size_t bytes) { write_raw(dir + "/" + what + ".bin", pool.bytes(slot(what), bytes), bytes); };
+  raw("swa_cache", static_cast<std::size_t>(config.cache.swa_blocks * swa_stride));
+  raw("compressed_cache", static_cast<std::size_t>(config.cache.compressed_blocks * c_stride));
+  raw("q", std::size_t{2} * T * l.h_q * l.d_qk);
+  raw("topk_indices", std::size_t{4} * T * l.top_k);
+  raw("attn_sink", std::size_t{4} * l.h_q);
+  raw("out", std::size_t{2} * T * l.h_q * l.d_v);
+  raw("lse", std::size_t{4} * T * l.h_q);
+  raw("max_logits", std::size_t{4} * T * l.h_q);
+  std::vector<std::int32_t> swa_table(static_cast<std::size_t>(R) * meta.swa_table_width, -1);
+  std::vector<std::int32_t> c_table(static_cast<std::size_t>(R) * meta.compressed_table_width, -1);
+  std::vector<std::int32_t> q_lens;
+  std::vector<std::int32_t> seq_lens;
+  for (int b = 0; b < R; ++b) {
+    const auto& req = chunk.requests[static_cast<std::size_t>(b)];
+    q_lens.push_back(req.query_len);
+    seq_lens.push_back(req.seq_len);
+    const int ns = (req.seq_len + config.cache.swa_block_size - 1) / config.cache.swa_block_size;
+    const int nc = (req.seq_len + config.cache.block_tokens - 1) / config.cache.block_tokens;
+    std::copy_n(req.swa_blocks.begin(), ns, swa_table.begin() + static_cast<std::ptrdiff_t>(b) * meta.swa_table_width);
+    std::copy_n(req.compressed_blocks[1].begin(), nc,
+                c_table.begin() + static_cast<std::ptrdiff_t>(b) * meta.compressed_table_width);
+  }
+  write_host(dir + "/swa_block_table.bin", swa_table);
+  write_host(dir + "/compressed_block_table.bin", c_table);
+  write_host(dir + "/query_lens.bin", q_lens);
+  write_host(dir + "/seq_lens.bin", seq_lens);
+
+  std::ofstream m(dir + "/manifest.json");
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%.9g", static_cast<double>(l.scale()));
+  m << "{\"workload\": \"" << w.name << "\", \"requests\": " << R << ", \"new_tokens\": " << w.new_tokens
+    << ", \"prefix\": " << w.prefix << ", \"h_q\": " << l.h_q << ", \"d_qk\": " << l.d_qk << ", \"d_v\": " << l.d_v
+    << ", \"window\": " << l.window << ", \"compress_ratio\": " << l.compress_ratio << ", \"top_k\": " << l.top_k
+    << ", \"sm_scale\": " << scale << ", \"swa_block_size\": " << config.cache.swa_block_size
+    << ", \"block_tokens\": " << config.cache.block_tokens << ", \"compressed_rows_per_block\": " << crows
+    << ",\n \"files\": {" << entry("swa_cache", "uint8", {config.cache.swa_blocks, swa_stride}) << ",\n  "
+    << entry("compressed_cache", "uint8", {config.cache.compressed_blocks, c_stride}) << ",\n  "
+    << entry("swa_block_table", "int32", {R, meta.swa_table_width}) << ",\n  "
+    << entry("compressed_block_table", "int32", {R, meta.compressed_table_width}) << ",\n  "
+    << entry("query_lens", "int32", {R}) << ",\n  " << entry("seq_lens", "int32", {R}) << ",\n  "
+    << entry("q", "bfloat16", {T, l.h_q, l.d_qk}) << ",\n  " << entry("topk_indices", "int32", {T, l.top_k}) << ",\n  "
+    << entry("attn_sink", "float32", {l.h_q}) << ",\n  " << entry("out", "bfloat16", {T, l.h_q, l.d_v}) << ",\n  "
+    << entry("lse", "float32", {T, l.h_q}) << ",\n  " << entry("max_logits", "float32", {T, l.h_q}) << "}}\n";
+  SPG_EXPECTS(m.good(), "--dump: cannot write '" << dir << "/manifest.json'");
+  std::printf("  dumped the small workload's inputs and outputs to %s\n", dir.c_str());
 }
 
 void run_executor_benchmarks(Reporter& rep) {

@@ -2,12 +2,18 @@
 // same kernels launched eagerly and against the kernels' standalone sum), and executor warm-up.
 #pragma once
 
+#include <string>
+
 #include "samples/bench/report.hpp"
 
 namespace spg::bench {
 
 /// Table B: the tiny, small, medium, large and model workloads.
 void run_pipeline_benchmarks(Reporter& reporter, bool quick);
+/// Runs the "small" workload once through a graph and writes its inputs (caches after insert,
+/// block tables, lengths, q, top-k indices, sinks) and outputs to `dir` as raw files plus
+/// manifest.json, for the PyTorch peer's cross-check (scripts/torch_peer.py --check).
+void dump_small_workload(const std::string& dir);
 /// Table D (warm-up half): capture time, graph count and memory for the default V4 program.
 void run_executor_benchmarks(Reporter& reporter);
 

@@ -63,6 +63,7 @@ void measure_ceilings(bench::Reporter& rep, cudaStream_t stream) {
 int main(int argc, char** argv) {
   std::string json;
   std::string tables = "ABCD";
+  std::string dump;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -70,13 +71,16 @@ int main(int argc, char** argv) {
       json = argv[++i];
     } else if (a == "--tables" && i + 1 < argc) {
       tables = argv[++i];
+    } else if (a == "--dump" && i + 1 < argc) {
+      dump = argv[++i];
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--help" || a == "-h") {
       std::printf("usage: bench [--tables ABCD] [--quick] [--json FILE]\n"
-                  "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor) to run\n"
+                  "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor) to run; - for none\n"
                   "  --quick    fewer rows and repetitions\n"
-                  "  --json     write every record to FILE\n");
+                  "  --json     write every record to FILE\n"
+                  "  --dump DIR write the small workload's inputs and outputs to DIR (for scripts/torch_peer.py --check)\n");
       return 0;
     } else {
       std::fprintf(stderr, "bench: unknown or incomplete flag '%s' (see --help)\n", a.c_str());
@@ -88,6 +92,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    if (!dump.empty()) {
+      bench::dump_small_workload(dump);
+      if (tables == "-") return 0;
+    }
     bench::Reporter rep;
     memory::Stream stream;
     measure_ceilings(rep, stream.get());
