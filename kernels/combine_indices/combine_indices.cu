@@ -1,0 +1,65 @@
+// Host side of stage 3: argument checks and the launch (see combine_indices.hpp).
+#include "kernels/combine_indices/combine_indices.hpp"
+
+#include <cstdint>
+
+#include "kernels/combine_indices/combine_indices_kernel.cuh"
+#include "memory/error.hpp"
+
+namespace spg::kernels {
+
+namespace {
+bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+}  // namespace
+
+void CombineIndices::can_implement(const CombineIndicesArgs& a) {
+  const int r = a.compress_ratio;
+  SPG_EXPECTS(r == 1 || r == 4 || r == 128, "compress_ratio = " << r << " must be 1, 4 or 128");
+  if (r == 1) {
+    SPG_EXPECTS(a.top_k == 0, "top_k = " << a.top_k << " must be 0 when compress_ratio = 1 (SWA-only layer)");
+  } else {
+    SPG_EXPECTS(a.top_k >= 1 && a.top_k <= 65536,
+                "top_k = " << a.top_k << " must be in [1, 65536] when compress_ratio = " << r);
+    SPG_EXPECTS(a.topk_indices != nullptr, "topk_indices is null (compress_ratio = " << r << ")");
+    const std::size_t align = a.top_k % 4 == 0 ? 16 : 4;
+    SPG_EXPECTS(aligned(a.topk_indices, align), "topk_indices = " << static_cast<const void*>(a.topk_indices)
+                                                                  << " must be " << align << "-byte aligned");
+  }
+  SPG_EXPECTS(a.window >= 1 && a.window <= 65536, "window = " << a.window << " must be in [1, 65536]");
+  SPG_EXPECTS(a.combined_width >= a.top_k + a.window && a.combined_width % 4 == 0,
+              "combined_width = " << a.combined_width << " must be a multiple of 4 and at least top_k + window = "
+                                  << a.top_k + a.window);
+  SPG_EXPECTS(a.tokens_bucket >= 1 && a.tokens_bucket <= (1 << 24),
+              "tokens_bucket = " << a.tokens_bucket << " must be in [1, 2^24]");
+  SPG_EXPECTS(a.requests_bucket >= 1 && a.requests_bucket <= detail::kCombineMaxRequests,
+              "requests_bucket = " << a.requests_bucket << " must be in [1, " << detail::kCombineMaxRequests << "]");
+  SPG_EXPECTS(a.chunk.scalars != nullptr, "chunk.scalars is null");
+  SPG_EXPECTS(a.chunk.query_start_loc != nullptr, "chunk.query_start_loc is null");
+  SPG_EXPECTS(a.chunk.seq_lens != nullptr, "chunk.seq_lens is null");
+  SPG_EXPECTS(a.chunk.gather_lens != nullptr, "chunk.gather_lens is null");
+  SPG_EXPECTS(a.combined != nullptr, "combined is null");
+  SPG_EXPECTS(aligned(a.combined, 16), "combined = " << static_cast<const void*>(a.combined) << " must be 16-byte aligned");
+  SPG_EXPECTS(a.lens != nullptr, "lens is null");
+  SPG_EXPECTS(a.status != nullptr, "status is null");
+}
+
+std::size_t CombineIndices::workspace_bytes(const CombineIndicesArgs& /*args*/) noexcept { return 0; }
+
+cudaError_t CombineIndices::run(const CombineIndicesArgs& a, void* /*workspace*/, cudaStream_t stream) noexcept {
+  const detail::CombineParams p{a.compress_ratio > 1 ? a.topk_indices : nullptr,
+                                a.compress_ratio > 1 ? a.top_k : 0,
+                                a.compress_ratio,
+                                a.window,
+                                a.chunk,
+                                a.tokens_bucket,
+                                a.requests_bucket,
+                                a.combined,
+                                a.combined_width,
+                                a.lens,
+                                a.status};
+  const int grid = (a.tokens_bucket + detail::kCombineWarps - 1) / detail::kCombineWarps;
+  detail::combine_indices_kernel<<<grid, detail::kCombineThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace spg::kernels

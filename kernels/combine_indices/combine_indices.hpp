@@ -1,0 +1,58 @@
+// Stage 3 of a chunk: combine each token's top-k compressed-row indices and its sliding window
+// into one row of indices into the gathered kv workspace, with the row's length.
+//
+// Formulas: docs/pipeline.md, "Stages of one chunk", stage 3. Per-step values are read from the
+// chunk's device metadata; the grid is sized by tokens_bucket only, so one captured launch serves
+// every step of its bucket. Faults in device data are counted in a StepStatus.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/chunk.hpp"
+#include "kernels/step_status.hpp"
+
+namespace spg::kernels {
+
+/// @brief Arguments of stage 3. For token t of request b at absolute position pos:
+///        combined[t, j] = topk_indices[t, j] + M * b for j < topk_len (a -1 entry stays -1: adding
+///        M * b to it would point into request b's own rows), then the window's swa_len rows
+///        M * b + N + (pos - swa_len + 1 - gather_start_b) + j, and lens[t] = topk_len + swa_len.
+///
+/// Entries at or past lens[t] are not written. Tokens at or past num_tokens (padding) get
+/// lens = 0 and nothing else. A top-k entry other than -1 outside 0 .. seq_len_b/r - 1 is written
+/// as -1 (Fault::topk_index). A request with query_len > seq_len, gather_len outside
+/// [min(seq_len, query_len + W - 1), seq_len], seq_len/r > N or N + gather_len > M gets lens = 0
+/// for its tokens (Fault::seq_len); bad chunk scalars (num_requests, num_tokens out of their
+/// buckets, N > M, M * requests_bucket past int32, query_start_loc not ascending from 0 to
+/// num_tokens) give lens = 0 for every token (Fault::scalars).
+struct CombineIndicesArgs {
+  const std::int32_t* topk_indices{nullptr};  ///< [tokens_bucket, top_k], read for every token of the
+                                               ///< bucket; nullptr when r = 1
+  int top_k{0};                                ///< 0 when r = 1
+  int compress_ratio{1};                       ///< r: 1, 4 or 128
+  int window{128};                             ///< W
+  ChunkArrays chunk{};
+  int tokens_bucket{0};                        ///< static bound on num_tokens: the grid covers it
+  int requests_bucket{0};                      ///< static bound on num_requests
+  std::int32_t* combined{nullptr};             ///< [tokens_bucket, combined_width]
+  int combined_width{0};                       ///< >= top_k + W, a multiple of 4
+  std::int32_t* lens{nullptr};                 ///< [tokens_bucket]
+  StepStatus* status{nullptr};
+};
+
+struct CombineIndices {
+  /// @throws InvalidArgument naming the first argument out of bounds (r not in {1, 4, 128}; top_k
+  ///         not 0 for r = 1 or outside [1, 65536] for r > 1; W outside [1, 65536]; combined_width
+  ///         below top_k + W or not a multiple of 4; buckets out of range; null or misaligned
+  ///         pointers).
+  static void can_implement(const CombineIndicesArgs& args);
+  static std::size_t workspace_bytes(const CombineIndicesArgs& args) noexcept;
+  /// Launches the kernel (one warp per token of the bucket); allocates and syncs nothing.
+  /// Returns cudaGetLastError() after the launch.
+  static cudaError_t run(const CombineIndicesArgs& args, void* workspace, cudaStream_t stream) noexcept;
+};
+
+}  // namespace spg::kernels

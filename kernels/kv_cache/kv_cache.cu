@@ -1,0 +1,140 @@
+// Host side of the FP8 paged cache ops: argument checks and the launches (see kv_cache.hpp).
+#include "kernels/kv_cache/kv_cache.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/kv_cache/kv_cache_kernel.cuh"
+#include "memory/error.hpp"
+
+namespace spg::kernels {
+
+namespace {
+
+bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+std::int64_t expected_stride(int block_size) noexcept {
+  const std::int64_t raw = std::int64_t{block_size} * (kKvRowBytes + kKvScaleBytes);
+  return (raw + kKvRowBytes - 1) / kKvRowBytes * kKvRowBytes;
+}
+
+void check_layout(const CacheLayout& l, const char* name) {
+  SPG_EXPECTS(l.block_size >= 1, name << ".block_size = " << l.block_size << " must be at least 1");
+  SPG_EXPECTS(l.num_blocks >= 1, name << ".num_blocks = " << l.num_blocks << " must be at least 1");
+  SPG_EXPECTS(l.block_stride == expected_stride(l.block_size),
+              name << ".block_stride = " << l.block_stride << " must be round_up(block_size * 584, 576) = "
+                   << expected_stride(l.block_size) << " (use CacheLayout::make)");
+  SPG_EXPECTS(l.capacity() <= std::numeric_limits<std::int32_t>::max(),
+              name << " holds " << l.capacity() << " rows; slots are int32, at most 2^31 - 1");
+}
+
+void check_cache(const std::uint8_t* cache, const char* name) {
+  SPG_EXPECTS(cache != nullptr, name << " is null");
+  SPG_EXPECTS(aligned(cache, 16), name << " = " << static_cast<const void*>(cache) << " must be 16-byte aligned");
+}
+
+void check_chunk(const ChunkArrays& c, bool needs_gather_lens) {
+  SPG_EXPECTS(c.scalars != nullptr, "chunk.scalars is null");
+  SPG_EXPECTS(c.seq_lens != nullptr, "chunk.seq_lens is null");
+  SPG_EXPECTS(!needs_gather_lens || c.gather_lens != nullptr, "chunk.gather_lens is null");
+}
+
+detail::PagedSource source(const std::uint8_t* cache, const CacheLayout& l, const std::int32_t* table, int stride) noexcept {
+  return detail::PagedSource{cache, table, l.block_stride, l.block_size, l.num_blocks, stride};
+}
+
+}  // namespace
+
+CacheLayout CacheLayout::make(int block_size, int num_blocks) {
+  SPG_EXPECTS(block_size >= 1, "block_size = " << block_size << " must be at least 1");
+  SPG_EXPECTS(num_blocks >= 1, "num_blocks = " << num_blocks << " must be at least 1");
+  return CacheLayout{block_size, num_blocks, expected_stride(block_size)};
+}
+
+void KvInsert::can_implement(const KvInsertArgs& a) {
+  SPG_EXPECTS(a.rows != nullptr, "rows is null");
+  SPG_EXPECTS(aligned(a.rows, 16), "rows = " << static_cast<const void*>(a.rows) << " must be 16-byte aligned");
+  SPG_EXPECTS(a.slot_mapping != nullptr, "slot_mapping is null");
+  SPG_EXPECTS(a.num_rows != nullptr, "num_rows is null");
+  SPG_EXPECTS(a.rows_bucket >= 1 && a.rows_bucket <= (1 << 24),
+              "rows_bucket = " << a.rows_bucket << " must be in [1, 2^24]");
+  check_layout(a.layout, "layout");
+  check_cache(a.cache, "cache");
+  SPG_EXPECTS(a.status != nullptr, "status is null");
+}
+
+std::size_t KvInsert::workspace_bytes(const KvInsertArgs& /*args*/) noexcept { return 0; }
+
+cudaError_t KvInsert::run(const KvInsertArgs& a, void* /*workspace*/, cudaStream_t stream) noexcept {
+  const detail::InsertParams p{a.rows,        a.slot_mapping,        a.num_rows,           a.rows_bucket, a.cache,
+                               a.layout.block_stride, a.layout.block_size, a.layout.num_blocks, a.status};
+  constexpr int rows_per_cta = detail::kInsertThreads / detail::kWarpSize;
+  const int grid = (a.rows_bucket + rows_per_cta - 1) / rows_per_cta;
+  detail::kv_insert_kernel<<<grid, detail::kInsertThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+void KvGather::can_implement(const KvGatherArgs& a) {
+  const int r = a.compress_ratio;
+  SPG_EXPECTS(r == 1 || r == 4 || r == 128, "compress_ratio = " << r << " must be 1, 4 or 128");
+  SPG_EXPECTS(a.part == GatherPart::window || r > 1,
+              "part = compressed/both with compress_ratio = 1: an SWA-only layer has no compressed cache");
+  SPG_EXPECTS(a.requests_bucket >= 1 && a.requests_bucket <= kMaxRequestsBucket,
+              "requests_bucket = " << a.requests_bucket << " must be in [1, " << kMaxRequestsBucket << "]");
+  SPG_EXPECTS(a.max_rows_per_request >= 1 &&
+                  a.max_rows_per_request <= std::numeric_limits<std::int32_t>::max() / a.requests_bucket,
+              "max_rows_per_request = " << a.max_rows_per_request << " must be in [1, (2^31 - 1) / requests_bucket = "
+                                        << std::numeric_limits<std::int32_t>::max() / a.requests_bucket << "]");
+  check_layout(a.layout, "layout");
+  check_cache(a.cache, "cache");
+  SPG_EXPECTS(a.block_table != nullptr, "block_table is null");
+  SPG_EXPECTS(a.block_table_stride >= 1, "block_table_stride = " << a.block_table_stride << " must be at least 1");
+  if (a.part == GatherPart::both) {
+    check_layout(a.window_layout, "window_layout");
+    check_cache(a.window_cache, "window_cache");
+    SPG_EXPECTS(a.window_block_table != nullptr, "window_block_table is null (part = both)");
+    SPG_EXPECTS(a.window_block_table_stride >= 1,
+                "window_block_table_stride = " << a.window_block_table_stride << " must be at least 1 (part = both)");
+  }
+  check_chunk(a.chunk, a.part != GatherPart::compressed);
+  SPG_EXPECTS(a.kv != nullptr, "kv is null");
+  SPG_EXPECTS(aligned(a.kv, 16), "kv = " << static_cast<const void*>(a.kv) << " must be 16-byte aligned");
+  SPG_EXPECTS(a.status != nullptr, "status is null");
+}
+
+std::size_t KvGather::workspace_bytes(const KvGatherArgs& /*args*/) noexcept { return 0; }
+
+cudaError_t KvGather::run(const KvGatherArgs& a, void* /*workspace*/, cudaStream_t stream) noexcept {
+  detail::GatherParams p{};
+  // A single-part launch reads `cache` through both sources; only the part's rows are counted.
+  p.compressed = source(a.cache, a.layout, a.block_table, a.block_table_stride);
+  p.window = a.part == GatherPart::both
+                 ? source(a.window_cache, a.window_layout, a.window_block_table, a.window_block_table_stride)
+                 : p.compressed;
+  p.chunk = a.chunk;
+  p.compress_ratio = a.compress_ratio;
+  p.requests_bucket = a.requests_bucket;
+  p.max_rows = a.max_rows_per_request;
+  p.with_compressed = a.part != GatherPart::window;
+  p.with_window = a.part != GatherPart::compressed;
+  p.kv = a.kv;
+  p.status = a.status;
+
+  int device = 0;
+  int sms = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (status != cudaSuccess) return status;
+  // A persistent grid: the real row count is only known on the device, so size by the static
+  // bound and the SM count, whichever needs fewer CTAs.
+  constexpr std::int64_t rows_per_cta_pass = std::int64_t{detail::kGatherWarps} * detail::kGatherRowsInFlight;
+  const std::int64_t bound = std::int64_t{a.requests_bucket} * a.max_rows_per_request;
+  const std::int64_t grid =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(std::int64_t{sms} * detail::kGatherCtasPerSm,
+                                                       (bound + rows_per_cta_pass - 1) / rows_per_cta_pass));
+  detail::kv_gather_kernel<<<static_cast<unsigned>(grid), detail::kGatherThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace spg::kernels

@@ -1,0 +1,133 @@
+// Stages 0-2 of a chunk: quantize new K rows into a paged V4 FP8 cache (insert) and dequantize a
+// request's cache rows into the bf16 kv workspace (gather).
+//
+// Layout, quantization and the gather formulas: docs/pipeline.md, "FP8 paged KV cache" and
+// "Stages of one chunk". Every per-step value (row counts, seq lens, N, M) is read from device
+// memory, and grids are sized from static bounds only, so one captured launch serves every step
+// of its bucket. Faults in device data are counted in a StepStatus (kernels/step_status.hpp).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/chunk.hpp"
+#include "kernels/step_status.hpp"
+
+namespace spg::kernels {
+
+/// Bytes of a token's data row: 448 e4m3 NoPE values, then 64 bf16 RoPE values.
+inline constexpr int kKvRowBytes = 576;
+/// Bytes of a token's scale row: 7 UE8M0 tile exponents and one zero pad byte.
+inline constexpr int kKvScaleBytes = 8;
+/// Values of a K row and of a gathered kv row.
+inline constexpr int kKvDim = 512;
+/// NoPE values (stored as e4m3 in 7 tiles of 64) and RoPE values (stored as bf16).
+inline constexpr int kKvNopeDim = 448;
+inline constexpr int kKvRopeDim = 64;
+inline constexpr int kKvTile = 64;
+inline constexpr int kKvTiles = kKvNopeDim / kKvTile;
+/// Largest requests_bucket the gather and combine kernels take (one CTA scans every request).
+inline constexpr int kMaxRequestsBucket = 128;
+
+/// @brief Geometry of one paged V4 FP8 cache: `num_blocks` blocks of `block_size` rows, each
+///        block holding its rows' 576-byte data, then their 8-byte scale rows, padded to
+///        `block_stride` bytes (a multiple of 576).
+struct CacheLayout {
+  int block_size{0};            ///< rows per block (64 for SWA; block_tokens / r for compressed)
+  int num_blocks{0};
+  std::int64_t block_stride{0}; ///< bytes: round_up(block_size * (576 + 8), 576)
+
+  /// @throws InvalidArgument when block_size or num_blocks is not positive.
+  static CacheLayout make(int block_size, int num_blocks);
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return static_cast<std::size_t>(num_blocks) * static_cast<std::size_t>(block_stride);
+  }
+  /// Rows the cache holds (slots 0 .. capacity() - 1).
+  [[nodiscard]] std::int64_t capacity() const noexcept { return std::int64_t{num_blocks} * block_size; }
+  /// Byte offsets of slot `s`'s data row and scale row.
+  [[nodiscard]] std::int64_t row_offset(std::int64_t s) const noexcept {
+    return s / block_size * block_stride + s % block_size * kKvRowBytes;
+  }
+  [[nodiscard]] std::int64_t scale_offset(std::int64_t s) const noexcept {
+    return s / block_size * block_stride + std::int64_t{block_size} * kKvRowBytes + s % block_size * kKvScaleBytes;
+  }
+};
+
+/// @brief Stage 0: quantize `rows` [rows_bucket, 512] bf16 (row stride 512) into `cache` at
+///        `slot_mapping[i]`, for i < *num_rows. Slot -1 is skipped; a slot outside the cache is
+///        skipped and counted (Fault::slot); *num_rows outside [0, rows_bucket] writes nothing
+///        (Fault::scalars). Scale rows are written whole (7 exponents, pad byte 0).
+///
+/// `rows` and `slot_mapping` must hold rows_bucket entries: the kernel loads them for every row
+/// of the bucket alongside *num_rows (padding rows are read, never written anywhere).
+struct KvInsertArgs {
+  const __nv_bfloat16* rows{nullptr};
+  const std::int32_t* slot_mapping{nullptr};  ///< [rows_bucket]
+  const std::int32_t* num_rows{nullptr};      ///< device scalar: real rows this step
+  int rows_bucket{0};                         ///< static bound: the grid covers this many rows
+  std::uint8_t* cache{nullptr};
+  CacheLayout layout{};
+  StepStatus* status{nullptr};
+};
+
+struct KvInsert {
+  /// @throws InvalidArgument naming the first argument out of bounds (null or misaligned pointer,
+  ///         rows_bucket <= 0, bad layout).
+  static void can_implement(const KvInsertArgs& args);
+  static std::size_t workspace_bytes(const KvInsertArgs& args) noexcept;
+  /// Launches the kernel; allocates and syncs nothing. Returns cudaGetLastError() after the launch.
+  static cudaError_t run(const KvInsertArgs& args, void* workspace, cudaStream_t stream) noexcept;
+};
+
+/// Which rows of each request a gather writes (docs/pipeline.md, stages 1 and 2).
+enum class GatherPart {
+  compressed,  ///< stage 1: compressed rows 0 .. seq_len/r - 1 into kv[b * M + i]
+  window,      ///< stage 2: SWA positions seq_len - gather_len .. seq_len - 1 into kv[b * M + N + j]
+  both,        ///< stages 1 and 2 in one launch: `cache`/`layout`/`block_table` are the compressed
+               ///< cache's and `window_*` the SWA cache's
+};
+
+/// @brief Stages 1 and 2: dequantize cache rows into `kv`, a [requests_bucket * M, 512] bf16
+///        workspace (row stride 512; M = chunk.scalars->m_rows, read on the device).
+///
+/// Requests at or past num_requests write nothing; rows of a request past its own count are not
+/// written; seq_lens and gather_lens are read for all requests_bucket entries. A row whose block
+/// id is outside the cache is written as zeros (Fault::block_id); a request whose rows do not fit
+/// its block table, N or M is skipped (Fault::seq_len); scalars out of their bounds
+/// (num_requests > requests_bucket, N > M, M > max_rows_per_request) skip the launch
+/// (Fault::scalars). For the large workload prefer GatherPart::both: one launch instead of two.
+struct KvGatherArgs {
+  const std::uint8_t* cache{nullptr};       ///< the part's cache (compressed cache for `both`)
+  CacheLayout layout{};
+  const std::int32_t* block_table{nullptr}; ///< [requests_bucket, block_table_stride] physical block ids
+  int block_table_stride{0};
+  ChunkArrays chunk{};
+  GatherPart part{GatherPart::compressed};
+  int compress_ratio{1};                    ///< r: 1, 4 or 128
+  int requests_bucket{0};                   ///< static bound on num_requests
+  std::int64_t max_rows_per_request{0};     ///< static bound M_max on M: kv holds requests_bucket * M_max rows
+  __nv_bfloat16* kv{nullptr};
+  StepStatus* status{nullptr};
+  // GatherPart::both only: the SWA cache read by stage 2 in the same launch.
+  const std::uint8_t* window_cache{nullptr};
+  CacheLayout window_layout{};
+  const std::int32_t* window_block_table{nullptr};
+  int window_block_table_stride{0};
+};
+
+struct KvGather {
+  /// @throws InvalidArgument naming the first argument out of bounds (r not in {1, 4, 128}, a
+  ///         compressed part with r = 1, null or misaligned pointers, requests_bucket outside
+  ///         [1, kMaxRequestsBucket], max_rows_per_request outside [1, 2^31 / requests_bucket),
+  ///         a block table stride < 1, a bad layout).
+  static void can_implement(const KvGatherArgs& args);
+  static std::size_t workspace_bytes(const KvGatherArgs& args) noexcept;
+  /// Launches the kernel (a persistent grid sized from the SM count and the static bounds);
+  /// allocates and syncs nothing. Returns cudaGetLastError() after the launch.
+  static cudaError_t run(const KvGatherArgs& args, void* workspace, cudaStream_t stream) noexcept;
+};
+
+}  // namespace spg::kernels

@@ -1,0 +1,86 @@
+// Per-step fault counters that the data-dependent kernels fill and the host reads after a step.
+//
+// Per-step values are data in device memory, so a bad value (a block id outside the cache, a
+// top-k index past the request's rows) can only be found on the device. The kernels never read or
+// write out of bounds because of one: they skip the element, count it here by kind, and the first
+// fault of the step claims `first`. The graph resets the block with `reset()` (a cudaMemsetAsync
+// node) at the start of every step, so counts are per step. Rules: docs/pipeline.md, "Bad input".
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace spg::kernels {
+
+/// @brief What a kernel skipped. Each op counts what it skips itself, so a bad request seen by two
+///        ops of a step is counted twice.
+enum class Fault : std::int32_t {
+  scalars = 0,     ///< a per-step count or bound outside its bucket (num_requests, num_tokens, num_rows,
+                   ///< N > M, M > M_max, query_start_loc not ascending from 0): the op writes nothing
+                   ///< (combine writes lens = 0); counted once per launch
+  seq_len = 1,     ///< a request whose lengths do not fit (rows past the block table's width, past N or
+                   ///< M, gather_len outside its range, query_len > seq_len): the request is skipped;
+                   ///< counted once per request per launch
+  block_id = 2,    ///< a block table entry outside [0, num_blocks): the row is written as zeros;
+                   ///< counted per row
+  slot = 3,        ///< an insert slot outside [-1, num_blocks * block_size): the row is skipped;
+                   ///< counted per row
+  topk_index = 4,  ///< a top-k index other than -1 outside 0 .. seq_len/r - 1: written as -1;
+                   ///< counted per entry
+};
+inline constexpr int kFaultKinds = 5;
+
+/// @brief Details of one fault. `request` is -1 where the op has no request (insert);
+///        `position` is a row, sequence position or token index, `value` the offending value.
+struct FaultRecord {
+  std::int32_t kind;
+  std::int32_t request;
+  std::int32_t position;
+  std::int32_t value;
+};
+
+/// @brief The per-step status block (device memory, zeroed by reset() before each step).
+struct StepStatus {
+  std::uint32_t counts[kFaultKinds];  ///< faults of each kind this step
+  std::uint32_t recorded;             ///< nonzero once `first` holds a fault
+  FaultRecord first;                  ///< the first fault that claimed the record
+
+  [[nodiscard]] std::uint32_t count(Fault f) const noexcept { return counts[static_cast<int>(f)]; }
+  [[nodiscard]] std::uint64_t total() const noexcept {
+    std::uint64_t t = 0;
+    for (std::uint32_t c : counts) t += c;
+    return t;
+  }
+};
+static_assert(sizeof(StepStatus) == 40, "StepStatus is read by the host as raw bytes");
+
+/// @brief Zeroes the status block on `stream`; the graph records this as the step's first node.
+[[nodiscard]] inline cudaError_t reset(StepStatus* status, cudaStream_t stream) noexcept {
+  return cudaMemsetAsync(status, 0, sizeof(StepStatus), stream);
+}
+
+/// @brief Name of a fault kind, for messages.
+[[nodiscard]] inline const char* fault_name(Fault f) noexcept {
+  switch (f) {
+    case Fault::scalars: return "scalars";
+    case Fault::seq_len: return "seq_len";
+    case Fault::block_id: return "block_id";
+    case Fault::slot: return "slot";
+    case Fault::topk_index: return "topk_index";
+  }
+  return "unknown";
+}
+
+#if defined(__CUDACC__)
+/// Counts `n` faults of one kind and offers (request, position, value) as the step's first record.
+__device__ inline void record_fault(StepStatus* status, Fault kind, std::uint32_t n, int request, int position,
+                                    int value) {
+  atomicAdd(&status->counts[static_cast<int>(kind)], n);
+  if (atomicCAS(&status->recorded, 0U, 1U) == 0U) {
+    status->first = FaultRecord{static_cast<std::int32_t>(kind), request, position, value};
+  }
+}
+#endif
+
+}  // namespace spg::kernels

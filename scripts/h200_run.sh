@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One device session on the H200: GPU tests, the end-to-end serving test, the PyTorch peer's
+# cross-check, then the benchmarks. Full logs and JSON go to $OUT; a short table is printed last.
+# Usage, from the repository root on the GPU machine: scripts/h200_run.sh BIN_DIR [quick|full]
+# (BIN_DIR holds spgraph_gpu_tests, serve_loop and bench built for sm_90a, and COMMIT).
+set -uo pipefail
+bin=${1:?usage: scripts/h200_run.sh BIN_DIR [quick|full]}
+mode=${2:-quick}
+out=${OUT:-/tmp/spgraph-run}
+mkdir -p "$out"
+export SPGRAPH_COMMIT=$(cat "$bin/COMMIT" 2>/dev/null || echo unknown)
+export PYTHONUNBUFFERED=1
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv | tee "$out/gpu.txt"
+
+echo "== GPU tests"
+timeout 360 "$bin/spgraph_gpu_tests" --reporter compact --durations yes >"$out/gpu_tests.log" 2>&1
+echo "spgraph_gpu_tests exit $?"
+grep -E "FAILED|failed|passed|Completed" "$out/gpu_tests.log" | tail -25
+
+echo "== serving loop, end to end"
+timeout 300 tests/serve_loop_test.sh "$bin/serve_loop" >"$out/serve_test.log" 2>&1
+echo "serve_loop_test exit $?"
+grep -E "verified|checksum|allocation|serve_loop_test" "$out/serve_test.log" | tail -8
+
+if [ -f scripts/torch_peer.py ]; then
+  echo "== PyTorch peer: cross-check on the small workload"
+  rm -rf /tmp/spgraph-dump && mkdir -p /tmp/spgraph-dump
+  timeout 120 "$bin/bench" --dump /tmp/spgraph-dump --tables - >"$out/dump.log" 2>&1
+  timeout 180 python3 scripts/torch_peer.py --check /tmp/spgraph-dump >"$out/peer_check.log" 2>&1
+  echo "torch_peer --check exit $?"
+  tail -8 "$out/peer_check.log"
+fi
+
+echo "== benchmarks ($mode)"
+quick=$([ "$mode" = quick ] && echo --quick)
+timeout 420 "$bin/bench" $quick --json "$out/bench.json" >"$out/bench.log" 2>&1
+echo "bench exit $?"
+if [ -f scripts/torch_peer.py ]; then
+  timeout 300 python3 scripts/torch_peer.py --bench $quick --json "$out/peer.json" >"$out/peer_bench.log" 2>&1
+  echo "torch_peer --bench exit $?"
+fi
+tail -70 "$out/bench.log"
+[ -f "$out/peer_bench.log" ] && tail -20 "$out/peer_bench.log"
