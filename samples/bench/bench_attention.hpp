@@ -1,5 +1,5 @@
 // Table A of docs/benchmarks.md: the sparse MLA attention kernel alone, on the shapes of the
-// public FlashMLA sparse prefill benchmark (s_q 4096, attn_sink on) and on small chunks.
+// public sparse prefill benchmark (s_q 4096, attn_sink on) and on small chunks.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,0 +1,182 @@
+// Host side of sparse MLA attention: argument checks, the path choice and the launches
+// (see sparse_mla.hpp).
+#include "kernels/sparse_mla/sparse_mla.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/sparse_mla/sparse_mla_kernel.cuh"
+#include "memory/error.hpp"
+
+namespace spg::kernels {
+
+namespace {
+
+constexpr std::size_t kWorkspaceAlign = 256;
+
+bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1) / a * a; }
+
+cudaError_t query_sm_count(int& sms) noexcept {
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status != cudaSuccess) return status;
+  return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+}
+
+// Slices per (token, 64 heads) when the single pass would leave SMs idle: enough CTAs for one
+// wave of one CTA per SM (the kernel's shared memory allows one), never more than the 64-row
+// blocks of the top-k range.
+int automatic_splits(std::int64_t ctas, int blocks, int sms) noexcept {
+  if (ctas >= sms) return 1;
+  return static_cast<int>(std::min<std::int64_t>(sms / ctas, blocks));
+}
+
+SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
+  const int blocks = a.topk / kSparseMlaBlockRows;
+  const std::int64_t ctas = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta);
+  SparseMlaPlan plan;
+  int n = 1;
+  switch (a.path) {
+    case SparseMlaPath::single_pass:
+      break;
+    case SparseMlaPath::split_topk:
+      plan.split = true;
+      n = a.num_splits > 0 ? a.num_splits : std::max(2, automatic_splits(ctas, blocks, sms));
+      break;
+    case SparseMlaPath::automatic:
+    default:
+      n = automatic_splits(ctas, blocks, sms);
+      plan.split = n > 1;
+      break;
+  }
+  n = std::clamp(n, 1, std::max(blocks, 1));
+  plan.blocks_per_split = (blocks + n - 1) / n;
+  plan.num_splits = (blocks + plan.blocks_per_split - 1) / plan.blocks_per_split;
+  return plan;
+}
+
+std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
+  const std::size_t rows = static_cast<std::size_t>(a.s_q) * static_cast<std::size_t>(a.h_q);
+  return round_up(rows * static_cast<std::size_t>(plan.num_splits) * kSparseMlaDv * sizeof(float), kWorkspaceAlign);
+}
+
+std::size_t plan_workspace(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
+  if (!plan.split) return 0;
+  const std::size_t rows = static_cast<std::size_t>(a.s_q) * static_cast<std::size_t>(a.h_q);
+  return partial_o_bytes(a, plan) +
+         round_up(rows * static_cast<std::size_t>(plan.num_splits) * sizeof(float2), kWorkspaceAlign);
+}
+
+template <int D>
+cudaError_t launch_attention(const detail::SparseMlaParams& p, unsigned grid, cudaStream_t stream) noexcept {
+  constexpr int smem = detail::MlaSmem<D>::kBytes;
+  const cudaError_t status =
+      cudaFuncSetAttribute(detail::sparse_mla_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (status != cudaSuccess) return status;
+  detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+void SparseMla::can_implement(const SparseMlaArgs& a) {
+  SPG_EXPECTS(a.q != nullptr, "q is null");
+  SPG_EXPECTS(a.kv != nullptr, "kv is null");
+  SPG_EXPECTS(a.indices != nullptr, "indices is null");
+  SPG_EXPECTS(a.out != nullptr, "out is null");
+  SPG_EXPECTS(a.max_logits != nullptr, "max_logits is null");
+  SPG_EXPECTS(a.lse != nullptr, "lse is null");
+  SPG_EXPECTS(a.h_q == 64 || a.h_q == 128, "h_q = " << a.h_q << " must be 64 or 128");
+  SPG_EXPECTS(a.d_qk == 512 || a.d_qk == 576, "d_qk = " << a.d_qk << " must be 512 or 576");
+  SPG_EXPECTS(a.topk >= kSparseMlaBlockRows && a.topk % kSparseMlaBlockRows == 0,
+              "topk = " << a.topk << " must be a positive multiple of " << kSparseMlaBlockRows);
+  SPG_EXPECTS(a.s_q >= 1, "s_q = " << a.s_q << " must be at least 1");
+  SPG_EXPECTS(a.s_kv >= 1, "s_kv = " << a.s_kv << " must be at least 1");
+  SPG_EXPECTS(a.kv_row_stride >= a.d_qk && a.kv_row_stride % 8 == 0,
+              "kv_row_stride = " << a.kv_row_stride << " must be >= d_qk = " << a.d_qk << " and a multiple of 8");
+  SPG_EXPECTS(aligned(a.q, 16), "q = " << static_cast<const void*>(a.q) << " must be 16-byte aligned");
+  SPG_EXPECTS(aligned(a.kv, 16), "kv = " << static_cast<const void*>(a.kv) << " must be 16-byte aligned");
+  SPG_EXPECTS(aligned(a.out, 16), "out = " << static_cast<const void*>(a.out) << " must be 16-byte aligned");
+  SPG_EXPECTS(aligned(a.indices, 4), "indices must be 4-byte aligned");
+  SPG_EXPECTS(aligned(a.max_logits, 4) && aligned(a.lse, 4), "max_logits and lse must be 4-byte aligned");
+  SPG_EXPECTS(std::isfinite(a.sm_scale), "sm_scale = " << a.sm_scale << " must be finite");
+  SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
+                  a.path == SparseMlaPath::split_topk,
+              "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
+  SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
+              "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
+  const std::int64_t max_splits = a.path == SparseMlaPath::single_pass ? 1 : a.topk / kSparseMlaBlockRows;
+  const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
+  SPG_EXPECTS(items <= std::numeric_limits<std::int32_t>::max(),
+              "s_q = " << a.s_q << " with h_q = " << a.h_q << " and up to " << max_splits
+                       << " top-k slices makes " << items << " work items, more than 2^31 - 1");
+}
+
+SparseMlaPlan SparseMla::plan(const SparseMlaArgs& args) {
+  int sms = 0;
+  SPG_CUDA_TRY(query_sm_count(sms));
+  return make_plan(args, sms);
+}
+
+std::size_t SparseMla::workspace_bytes(const SparseMlaArgs& args) { return plan_workspace(args, plan(args)); }
+
+cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t stream) noexcept {
+  int sms = 0;
+  cudaError_t status = query_sm_count(sms);
+  if (status != cudaSuccess) return status;
+  const SparseMlaPlan plan = make_plan(a, sms);
+  if (plan.split && (workspace == nullptr || !aligned(workspace, kWorkspaceAlign))) return cudaErrorInvalidValue;
+
+  detail::SparseMlaParams p{};
+  p.q = a.q;
+  p.kv = a.kv;
+  p.kv_row_stride = a.kv_row_stride;
+  p.s_kv = a.s_kv;
+  p.indices = a.indices;
+  p.topk = a.topk;
+  p.topk_length = a.topk_length;
+  p.attn_sink = a.attn_sink;
+  p.num_tokens = a.num_tokens;
+  p.s_q = a.s_q;
+  p.h_q = a.h_q;
+  p.scale_log2 = a.sm_scale * detail::kLog2e;
+  p.out = a.out;
+  p.max_logits = a.max_logits;
+  p.lse = a.lse;
+  p.num_splits = plan.num_splits;
+  p.blocks_per_split = plan.blocks_per_split;
+  p.write_partials = plan.split;
+  if (plan.split) {
+    auto* base = static_cast<unsigned char*>(workspace);
+    p.part_o = reinterpret_cast<float*>(base);
+    p.part_ml = reinterpret_cast<float2*>(base + partial_o_bytes(a, plan));
+  }
+  // Persistent CTAs, one per SM (the shared-memory plan admits one); each walks a stride of items.
+  const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
+  p.num_items = static_cast<int>(items);
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(items, sms));
+  status = a.d_qk == 512 ? launch_attention<512>(p, grid, stream) : launch_attention<576>(p, grid, stream);
+  if (status != cudaSuccess || !plan.split) return status;
+
+  detail::SparseMlaMergeParams m{};
+  m.part_o = p.part_o;
+  m.part_ml = p.part_ml;
+  m.attn_sink = a.attn_sink;
+  m.num_splits = plan.num_splits;
+  m.s_q = a.s_q;
+  m.h_q = a.h_q;
+  m.out = a.out;
+  m.max_logits = a.max_logits;
+  m.lse = a.lse;
+  constexpr int rows_per_cta = detail::kMlaMergeThreads / 32;
+  const std::int64_t rows = std::int64_t{a.s_q} * a.h_q;
+  const auto merge_grid = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);
+  detail::sparse_mla_merge_kernel<<<merge_grid, detail::kMlaMergeThreads, 0, stream>>>(m);
+  return cudaGetLastError();
+}
+
+}  // namespace spg::kernels

@@ -1,0 +1,86 @@
+// Stage 4 of a chunk: sparse MLA attention (prefill) on tensor cores.
+//
+// Every query token attends to the kv rows its `indices` name; all heads of a token share those
+// rows (one kv head, MQA form). Semantics, masking rules and accuracy bars: docs/pipeline.md,
+// "Sparse attention semantics". Per-step values (topk_length, num_tokens) are read from device
+// memory and the launch shape depends on static arguments only, so one captured launch serves
+// every step of its bucket.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace spg::kernels {
+
+/// Width of the value part of a kv row and of an output row.
+inline constexpr int kSparseMlaDv = 512;
+/// Query heads one CTA owns; h_q = 128 runs two CTAs per token.
+inline constexpr int kSparseMlaHeadsPerCta = 64;
+/// kv rows streamed through shared memory per step; topk must be a multiple of it.
+inline constexpr int kSparseMlaBlockRows = 64;
+
+/// @brief How the top-k range of a token is covered.
+enum class SparseMlaPath : std::int32_t {
+  automatic = 0,    ///< chosen from the static shape: split_topk when the single pass leaves SMs idle
+  single_pass = 1,  ///< one CTA per (token, 64 heads) walks the whole top-k range
+  split_topk = 2,   ///< CTAs own slices of the top-k range; a second kernel merges their partials
+};
+
+/// @brief Arguments of one sparse MLA call. All pointers are device memory.
+struct SparseMlaArgs {
+  const __nv_bfloat16* q{nullptr};   ///< [s_q, h_q, d_qk], contiguous
+  const __nv_bfloat16* kv{nullptr};  ///< [s_kv, 1, d_qk], row stride kv_row_stride elements
+  std::int64_t kv_row_stride{0};     ///< elements, >= d_qk and a multiple of 8
+  int s_kv{0};
+  const std::int32_t* indices{nullptr};      ///< [s_q, 1, topk]
+  int topk{0};                               ///< a multiple of 64
+  const std::int32_t* topk_length{nullptr};  ///< [s_q] or nullptr (then every j < topk counts)
+  const float* attn_sink{nullptr};           ///< [h_q] or nullptr; may hold +-inf
+  /// Device scalar or nullptr: tokens at or past *num_tokens are empty rows
+  /// (out 0, max_logits -inf, lse +inf).
+  const std::int32_t* num_tokens{nullptr};
+  int s_q{0};
+  int h_q{0};   ///< 64 or 128
+  int d_qk{0};  ///< 512 or 576; the first 512 values of a kv row are its value part
+  float sm_scale{0.0f};
+  __nv_bfloat16* out{nullptr};  ///< [s_q, h_q, 512]
+  float* max_logits{nullptr};   ///< [s_q, h_q]
+  float* lse{nullptr};          ///< [s_q, h_q], natural log, sink not included
+  SparseMlaPath path{SparseMlaPath::automatic};
+  /// split_topk only: number of top-k slices; 0 lets the shape choose.
+  int num_splits{0};
+};
+
+/// @brief The launch plan that the static arguments (and the device's SM count) select.
+struct SparseMlaPlan {
+  bool split{false};      ///< true: partial kernel + merge kernel
+  int num_splits{1};      ///< top-k slices per (token, 64 heads)
+  int blocks_per_split{0};///< 64-row blocks per slice
+};
+
+struct SparseMla {
+  /// @brief Checks the arguments against what the kernels implement.
+  /// @throws InvalidArgument naming the first argument out of bounds: a null pointer, h_q not 64
+  ///         or 128, d_qk not 512 or 576, topk not a positive multiple of 64, s_q < 1, s_kv < 1,
+  ///         kv_row_stride < d_qk or not a multiple of 8, q/kv/out not 16-byte aligned, a
+  ///         non-finite sm_scale, num_splits outside [0, topk / 64], or a grid past 2^31 - 1.
+  static void can_implement(const SparseMlaArgs& args);
+
+  /// @brief The plan run() will launch for these arguments on the current device.
+  /// @throws CudaError when the device cannot be queried.
+  static SparseMlaPlan plan(const SparseMlaArgs& args);
+
+  /// @brief Workspace run() needs: the split-top-k partials (fp32), 0 for the single pass.
+  /// @throws CudaError when the device cannot be queried.
+  static std::size_t workspace_bytes(const SparseMlaArgs& args);
+
+  /// @brief Launches the kernel(s) on `stream`; allocates, syncs and validates nothing (call
+  ///        can_implement first). `workspace` must hold workspace_bytes(args) bytes, 256-byte
+  ///        aligned. Returns cudaGetLastError() after the launches.
+  static cudaError_t run(const SparseMlaArgs& args, void* workspace, cudaStream_t stream) noexcept;
+};
+
+}  // namespace spg::kernels
