@@ -18,7 +18,8 @@ struct RequestInput {
   /// Physical SWA cache blocks of the request, in logical order: at least ceil(seq_len / swa_block_size).
   std::span<const std::int32_t> swa_blocks;
   /// Per compression ratio (index memory::ratio_index(r); index 0 unused): compressed cache blocks,
-  /// at least ceil(seq_len / block_tokens) for each ratio the layer program uses.
+  /// at least ceil((seq_len / r) / (block_tokens / r)) (the blocks of its seq_len / r rows) for
+  /// each ratio the layer program uses.
   std::span<const std::int32_t> compressed_blocks[memory::kNumRatios];
 };
 

@@ -52,6 +52,13 @@ std::size_t attention_headroom(const memory::PipelineConfig& config, const std::
   return bytes;
 }
 
+/// Compressed blocks a request of seq_len tokens reads: its seq_len / r rows, block_tokens / r a block.
+std::size_t compressed_blocks_needed(int seq_len, int r, int block_tokens) {
+  const int rows = seq_len / r;
+  const int per_block = block_tokens / r;
+  return static_cast<std::size_t>((rows + per_block - 1) / per_block);
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -173,7 +180,7 @@ RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int buck
     const std::size_t swa_need = static_cast<std::size_t>((r.seq_len + swa_bs - 1) / swa_bs);
     if (r.swa_blocks.size() < swa_need) return RunStatus::bad_chunk;
     for (int i = 1; i < kNumRatios; ++i) {
-      if ((mask >> i & 1) && r.compressed_blocks[i].size() < static_cast<std::size_t>((r.seq_len + ctok - 1) / ctok)) {
+      if ((mask >> i & 1) && r.compressed_blocks[i].size() < compressed_blocks_needed(r.seq_len, kRatios[i], ctok)) {
         return RunStatus::bad_chunk;
       }
     }
@@ -210,7 +217,7 @@ RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int buck
     std::memcpy(w + meta_.swa_block_table + b * meta_.swa_table_width, r->swa_blocks.data(), swa_need * 4);
     for (int i = 1; i < kNumRatios; ++i) {
       if (!(mask >> i & 1)) continue;
-      const std::size_t need = static_cast<std::size_t>((seq + ctok - 1) / ctok);
+      const std::size_t need = compressed_blocks_needed(seq, kRatios[i], ctok);
       std::memcpy(w + meta_.compressed_block_table[i] + b * meta_.compressed_table_width,
                   r->compressed_blocks[i].data(), need * 4);
     }

@@ -272,7 +272,7 @@ int run(const Options& opt) {
                               sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
     }
   }
-  ex.synchronize();
+  SPG_CUDA_TRY(cudaDeviceSynchronize());  // the sinks were copied on the legacy stream
 
   scheduler::SchedulerConfig sc;
   sc.max_num_batched_tokens = opt.budget;

@@ -35,7 +35,7 @@ HostChunk make_host_chunk(std::span<const int> query_lens, std::span<const int> 
   return hc;
 }
 
-SparseMlaReferenceOutputs layer_step_reference(const LayerStepInputs& in, FaultLog& log) {
+SparseMlaReferenceOutputs layer_step_reference(const LayerStepInputs& in, FaultLog& log, LayerStepIntermediates* keep) {
   SPG_EXPECTS(in.layer != nullptr, "layer_step_reference: layer is null");
   const memory::LayerConfig& layer = *in.layer;
   const int r = layer.compress_ratio;
@@ -86,7 +86,9 @@ SparseMlaReferenceOutputs layer_step_reference(const LayerStepInputs& in, FaultL
   a.sm_scale = layer.scale();
   a.num_tokens = in.chunk.scalars.num_tokens;
   a.q_row_of_token = q_row;
-  return sparse_mla_reference(a, tokens);
+  SparseMlaReferenceOutputs out = sparse_mla_reference(a, tokens);
+  if (keep != nullptr) *keep = LayerStepIntermediates{std::move(kv), std::move(combined), std::move(lens)};
+  return out;
 }
 
 }  // namespace spg::kernels::reference

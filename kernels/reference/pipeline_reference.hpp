@@ -27,9 +27,17 @@ struct LayerStepInputs {
   std::span<const int> tokens;        ///< tokens to compute; empty: all t_bucket tokens
 };
 
+/// @brief What stages 1-3 produced, for tests that check the device stage by stage.
+struct LayerStepIntermediates {
+  std::vector<std::uint16_t> kv;        ///< [r_bucket * M_max, 512] bf16 bits (rows past r_bucket * M unwritten, 0)
+  std::vector<std::int32_t> combined;   ///< [t_bucket, combined_width]
+  std::vector<std::int32_t> lens;       ///< [t_bucket]
+};
+
 /// @brief Runs gather -> combine -> attention for the requested tokens; faults go to `log`.
 /// @returns outputs for `tokens`, in order (all t_bucket tokens when `tokens` is empty).
-SparseMlaReferenceOutputs layer_step_reference(const LayerStepInputs& in, FaultLog& log);
+SparseMlaReferenceOutputs layer_step_reference(const LayerStepInputs& in, FaultLog& log,
+                                               LayerStepIntermediates* keep = nullptr);
 
 /// @brief HostChunk for a chunk of `query_lens`/`seq_lens` at ratio r, padded to r_bucket as the
 ///        executor pads it (query_start_loc repeats the token count; padded lengths are 0).

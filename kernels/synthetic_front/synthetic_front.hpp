@@ -49,7 +49,8 @@ struct SyntheticFront {
   static void can_implement(const SyntheticFrontArgs& args);
   static cudaError_t run(const SyntheticFrontArgs& args, cudaStream_t stream) noexcept;
   /// Fills every row of a paged cache with random, finite FP8 data, bf16 RoPE values and scale
-  /// bytes near 2^0 (for benchmarks that need a full cache without inserting it token by token).
+  /// bytes giving values of magnitude up to ~0.1 (for benchmarks that need a full cache without
+  /// inserting it token by token).
   static cudaError_t fill_cache(std::uint8_t* cache, std::int64_t blocks, int block_size, std::int64_t block_stride,
                                 std::uint64_t seed, cudaStream_t stream) noexcept;
   /// Fills `elems` query values of layer `layer` (front_q_value), once at start-up.
@@ -70,11 +71,12 @@ SPG_HOST_DEVICE inline std::uint64_t front_hash(std::uint64_t seed, std::uint64_
 }
 
 /// Value `d` of K row `row` (stream 2*layer: SWA rows, 2*layer+1: compressed rows): a uniform
-/// value in [-1, 1) times a per-row power of two in [2^-4, 2^4], so tiles see varied scales.
+/// value in [-1, 1) times 0.125 times a per-row power of two in [2^-4, 2^0], so tiles see varied
+/// scales at the magnitude the accuracy bars are calibrated for (docs/testing.md).
 SPG_HOST_DEVICE inline float front_k_value(std::uint64_t seed, std::uint64_t step, int stream, int row, int d) {
   const std::uint64_t row_hash = front_hash(seed, step, static_cast<std::uint64_t>(stream) * 2 + 1,
                                             static_cast<std::uint64_t>(row));
-  const int exponent = static_cast<int>(row_hash % 9) - 4;
+  const int exponent = -static_cast<int>(row_hash % 5) - 3;
   const std::uint64_t h = front_hash(seed, step, static_cast<std::uint64_t>(stream) * 2,
                                      static_cast<std::uint64_t>(row) * 512 + static_cast<std::uint64_t>(d));
   const float u = static_cast<float>(h >> 40) * (1.0F / 8388608.0F) - 1.0F;  // 24 bits -> [-1, 1)

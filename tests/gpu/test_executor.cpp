@@ -83,6 +83,74 @@ TEST_CASE("graph replay equals eager launches bit for bit and the reference, for
   }
 }
 
+TEST_CASE("each stage of a replayed step equals its reference", "[gpu][executor]") {
+  // One program per layer, so the shared workspace, indices and lens still hold that layer's values.
+  graphs::Executor ex(test::small_program(), options(false, {{0}, {1}, {2}}));
+  ex.warmup();
+  World world(ex, 31337);
+  const ChunkData c = world.random_chunk(3, 45);
+  world.randomize_topk(c);
+  for (int p = 0; p < 3; ++p) {
+    const graphs::RunResult r = ex.run(c.input(), p);
+    require_ok(r);
+    const int rb = ex.buckets().r_of(r.bucket);
+    const int tb = ex.buckets().t_of(r.bucket);
+    const auto l = static_cast<std::size_t>(p);
+    const auto& layer = ex.config().layers[l];
+    test::ref::LayerStepIntermediates want;
+    const auto want_out = world.reference(c, l, rb, tb, &want);
+    ex.synchronize();
+    const std::size_t rows = static_cast<std::size_t>(rb) * static_cast<std::size_t>(ex.config().max_kv_rows(layer));
+    std::vector<std::uint16_t> kv(rows * 512);
+    SPG_CUDA_TRY(cudaMemcpy(kv.data(), ex.pool().bytes(memory::slots::kKvWorkspace, kv.size() * 2), kv.size() * 2,
+                            cudaMemcpyDeviceToHost));
+    std::vector<std::int32_t> combined(want.combined.size());
+    std::vector<std::int32_t> lens(want.lens.size());
+    SPG_CUDA_TRY(cudaMemcpy(combined.data(), ex.pool().bytes(memory::slots::kCombined, combined.size() * 4),
+                            combined.size() * 4, cudaMemcpyDeviceToHost));
+    SPG_CUDA_TRY(cudaMemcpy(lens.data(), ex.pool().bytes(memory::slots::kTopkLens, lens.size() * 4), lens.size() * 4,
+                            cudaMemcpyDeviceToHost));
+    INFO("layer " << l);
+    CHECK(lens == want.lens);
+    int bad_combined = 0;
+    for (int t = 0; t < tb; ++t) {
+      for (int j = 0; j < want.lens[static_cast<std::size_t>(t)]; ++j) {
+        const std::size_t i = static_cast<std::size_t>(t) * layer.combined_width() + static_cast<std::size_t>(j);
+        bad_combined += combined[i] != want.combined[i];
+      }
+    }
+    CHECK(bad_combined == 0);
+    // Rows every request owns: b * M .. b * M + N + gather_len_b.
+    std::size_t bad_kv = 0;
+    std::size_t first_bad = 0;
+    const std::size_t m = static_cast<std::size_t>(*std::max_element(want.combined.begin(), want.combined.end()) + 1);
+    for (std::size_t i = 0; i < std::min(m, rows) * 512; ++i) {
+      if (kv[i] != want.kv[i] && want.kv[i] != 0) {
+        if (bad_kv++ == 0) first_bad = i;
+      }
+    }
+    INFO("first differing kv element " << first_bad << " (row " << first_bad / 512 << ")");
+    CHECK(bad_kv == 0);
+    // Attention on the device's own inputs, element by element.
+    LayerOutputs got = test::read_outputs(ex, l, tb);
+    std::size_t bad_out = 0;
+    std::size_t first_out = 0;
+    for (std::size_t i = 0; i < got.out.size(); ++i) {
+      const double g = test::ref::bf16_value(got.out[i]);
+      const double w = want_out.out[i];
+      const double err = std::abs(g - w);
+      if (!(err <= 8e-4 || err <= std::abs(w) * 2.4e-2)) {
+        if (bad_out++ == 0) first_out = i;
+      }
+    }
+    INFO("out: " << bad_out << " of " << got.out.size() << " elements past the bar; first at token "
+                 << first_out / (static_cast<std::size_t>(layer.h_q) * 512) << ", head "
+                 << first_out / 512 % static_cast<std::size_t>(layer.h_q) << ", d " << first_out % 512 << " (lens "
+                 << want.lens[first_out / (static_cast<std::size_t>(layer.h_q) * 512)] << ")");
+    CHECK(bad_out == 0);
+  }
+}
+
 TEST_CASE("one graph serves different sequence lengths of its shape", "[gpu][executor]") {
   graphs::Executor ex(test::small_program(), options(true));
   ex.warmup();
@@ -117,6 +185,7 @@ TEST_CASE("padding is harmless: padded requests and tokens write zeros and +inf"
                         name.ends_with(".max_logits");
     if (output) SPG_CUDA_TRY(cudaMemset(pool.bytes(name, s.spec.bytes), 0xFF, s.spec.bytes));
   }
+  SPG_CUDA_TRY(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
   const ChunkData c = world.random_chunk(2, 21);  // bucket R2 x T24: 3 padded tokens
   world.randomize_topk(c);
   const graphs::RunResult r = ex.run(c.input());
