@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # One device session on the H200: GPU tests, the end-to-end serving test, the PyTorch peer's
 # cross-check, then the benchmarks. Full logs and JSON go to $OUT; a short table is printed last.
-# Usage, from the repository root on the GPU machine: scripts/h200_run.sh BIN_DIR [quick|full]
+# Usage, from the repository root on the GPU machine: scripts/h200_run.sh BIN_DIR [quick|full] [STEPS]
 # (BIN_DIR holds spgraph_gpu_tests, serve_loop and bench built for sm_90a, and COMMIT).
 set -uo pipefail
 bin=${1:?usage: scripts/h200_run.sh BIN_DIR [quick|full]}
 mode=${2:-quick}
-out=${OUT:-/tmp/spgraph-run}
-mkdir -p "$out"
+steps=${3:-1000}
+final=${OUT:-/tmp/spgraph-results}
+out=/tmp/spgraph-run
+rm -rf "$out" && mkdir -p "$out" "$final"
+# At most a few files come back from a device run: the JSON records, and every log in one archive.
+trap 'cp "$out"/*.json "$final"/ 2>/dev/null; tar czf "$final/logs.tgz" -C "$out" . 2>/dev/null' EXIT
 export SPGRAPH_COMMIT=$(cat "$bin/COMMIT" 2>/dev/null || echo unknown)
 export PYTHONUNBUFFERED=1
 
@@ -24,13 +28,24 @@ echo "serve_loop_test exit $?"
 grep -E "verified|checksum|allocation|serve_loop_test" "$out/serve_test.log" | tail -8
 
 if [ -f scripts/torch_peer.py ]; then
-  echo "== PyTorch peer: cross-check on the small workload"
+  echo "== PyTorch peer: self-test, then cross-check on the small workload"
+  timeout 120 python3 scripts/torch_peer.py --selftest >"$out/peer_selftest.log" 2>&1
+  echo "torch_peer --selftest exit $?"
+  tail -3 "$out/peer_selftest.log"
   rm -rf /tmp/spgraph-dump && mkdir -p /tmp/spgraph-dump
   timeout 120 "$bin/bench" --dump /tmp/spgraph-dump --tables - >"$out/dump.log" 2>&1
   timeout 180 python3 scripts/torch_peer.py --check /tmp/spgraph-dump >"$out/peer_check.log" 2>&1
   echo "torch_peer --check exit $?"
   tail -8 "$out/peer_check.log"
 fi
+
+echo "== serving loop, $steps steps each mode"
+for m in graph eager; do
+  timeout 400 "$bin/serve_loop" --steps "$steps" --budget 2048 --mode $m --no-progress --json "$out/serve_$m.json" \
+    >"$out/serve_$m.log" 2>&1
+  echo "serve_loop $m exit $?"
+  sed -n '/report/,$p' "$out/serve_$m.log"
+done
 
 echo "== benchmarks ($mode)"
 quick=$([ "$mode" = quick ] && echo --quick)
