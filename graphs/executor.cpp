@@ -267,7 +267,9 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph) noe
     cudaError_t q = cudaEventQuery(staged_[s].get());
     if (q == cudaErrorNotReady) {
       ++host_waits_;
+      const auto t0 = std::chrono::steady_clock::now();
       q = cudaEventSynchronize(staged_[s].get());
+      result.waited_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     }
     if (q != cudaSuccess) {
       result.status = RunStatus::cuda_error;

@@ -56,6 +56,9 @@ struct RunResult {
   RunStatus status{RunStatus::ok};
   cudaError_t cuda{cudaSuccess};
   int bucket{-1};
+  /// Microseconds the host spent waiting for the device to release a staging block (0 unless the
+  /// host was two steps ahead): time the device owed, not host work.
+  double waited_us{0.0};
   [[nodiscard]] bool ok() const noexcept { return status == RunStatus::ok; }
 };
 
