@@ -404,8 +404,10 @@ def run_check(args, device):
 
 # ----------------------------------------------------------------------------- random cases
 def random_cache(nblocks, bs, gen, device, realistic):
-    """A cache full of valid rows: random FP8 bytes (no NaN codes), scale bytes 124..130, random
-    bf16 RoPE; or (realistic) N(0, 1) rows quantized as the spec says."""
+    """A cache full of valid rows: random FP8 bytes (no NaN codes) with scale bytes 112..115, so
+    values stay under 448 * 2^-12 = 0.11 (the magnitude the accuracy bars are calibrated for, and
+    what spgraph's bench fills its caches with), random bf16 RoPE of similar size; or (realistic)
+    N(0, 1) rows quantized as the spec says."""
     cache = torch.zeros(nblocks, block_stride(bs), dtype=torch.uint8, device=device)
     data, scale = cache_views(cache, bs)
     if realistic:
@@ -417,9 +419,10 @@ def random_cache(nblocks, bs, gen, device, realistic):
     else:
         b = torch.randint(0, 254, (nblocks, bs, NOPE), generator=gen, device=device, dtype=torch.uint8)
         data[..., :NOPE] = b + (b >= 0x7F).to(torch.uint8)
-        scale[..., :TILES] = torch.randint(124, 131, (nblocks, bs, TILES), generator=gen, device=device,
+        scale[..., :TILES] = torch.randint(112, 116, (nblocks, bs, TILES), generator=gen, device=device,
                                            dtype=torch.uint8)
-    data[..., NOPE:] = torch.randn(nblocks, bs, 64, generator=gen, device=device).to(BF16).view(torch.uint8)
+    rope = torch.randn(nblocks, bs, 64, generator=gen, device=device)
+    data[..., NOPE:] = (rope if realistic else 0.05 * rope).to(BF16).view(torch.uint8)
     return cache
 
 
@@ -537,18 +540,13 @@ def run_selftest(args, device):
                f"layer {li}: combined indices and lens == loop over the formulas")
         ok &= compare(f"layer {li}: peer vs float64 reference", peer.outputs()[li],
                       reference(case, case["layers"][li], device))
-    # Wild data: random FP8 bytes (values up to 448 * 2^3), random RoPE. The accuracy bars are
-    # calibrated for values near 0.1; at these magnitudes TF32's 10-bit mantissa alone exceeds them,
-    # so this case checks the peer's indexing and masking with plain fp32 matmuls.
+    # Random FP8 bytes (every code but NaN) and random RoPE, as the benchmark fills its caches.
     rnd = random_case([300, 41], [9, 41], [(4, 64)], 8, 16, device, seed=11, swa_bs=8, block_tokens=128)
-    precision = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    p = Peer(rnd, 16, device, False)
+    p = Peer(rnd, 16, device, not args.strict_fp32)
     p.stage()
     p.step()
-    ok &= compare("random-byte caches (fp32 matmuls): peer vs float64 reference", p.outputs()[0],
+    ok &= compare("random-byte caches: peer vs float64 reference", p.outputs()[0],
                   reference(rnd, rnd["layers"][0], device))
-    torch.set_float32_matmul_precision(precision)
     # An empty row (lens 0) and a +inf sink: out 0, max_logits -inf, lse +inf.
     L = peer.layers[0]
     out, lse, mx = (torch.empty_like(t) for t in (L["out"][:2], L["lse"][:2], L["mx"][:2]))

@@ -18,7 +18,7 @@ namespace spg::kernels {
 
 /// @brief Arguments of stage 3. For token t of request b at absolute position pos:
 ///        combined[t, j] = topk_indices[t, j] + M * b for j < topk_len (a -1 entry stays -1: adding
-///        M * b to it would point into request b's own rows), then the window's swa_len rows
+///        M * b to it would point at the last row of request b - 1), then the window's swa_len rows
 ///        M * b + N + (pos - swa_len + 1 - gather_start_b) + j, and lens[t] = topk_len + swa_len.
 ///
 /// Entries at or past lens[t] are not written. Tokens at or past num_tokens (padding) get
