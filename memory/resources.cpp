@@ -2,6 +2,7 @@
 #include "memory/resources.hpp"
 
 #include <cstdio>
+#include <sstream>
 
 namespace spg::memory {
 
@@ -12,6 +13,14 @@ void report_release_failure(const char* what, cudaError_t status) noexcept {
   }
   std::fprintf(stderr, "spgraph: releasing %s failed: %s\n", what, cudaGetErrorName(status));
 }
+[[noreturn]] void throw_allocation_failure(const char* what, std::size_t bytes, cudaError_t status) {
+  (void)cudaGetLastError();
+  std::ostringstream os;
+  os << __FILE__ << ':' << __LINE__ << ": allocating a " << what << " of " << bytes << " B failed with " << cudaGetErrorName(status) << " ("
+     << cudaGetErrorString(status) << ')';
+  throw CudaError(status, os.str());
+}
+
 }  // namespace detail
 
 Stream::Stream() { SPG_CUDA_TRY(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking)); }
@@ -61,56 +70,6 @@ float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0.0F;
   SPG_CUDA_TRY(cudaEventElapsedTime(&ms, start.get(), handle_));
   return ms;
-}
-
-DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) {
-    SPG_CUDA_TRY(cudaMalloc(&data_, bytes));
-  }
-}
-
-DeviceBuffer::~DeviceBuffer() { release(); }
-
-void DeviceBuffer::release() noexcept {
-  if (data_ != nullptr) {
-    detail::report_release_failure("device buffer", cudaFree(data_));
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    release();
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) {
-    SPG_CUDA_TRY(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault));
-  }
-}
-
-PinnedBuffer::~PinnedBuffer() { release(); }
-
-void PinnedBuffer::release() noexcept {
-  if (data_ != nullptr) {
-    detail::report_release_failure("pinned buffer", cudaFreeHost(data_));
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-}
-
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
-  if (this != &other) {
-    release();
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
 }
 
 bool cuda_device_available() noexcept {

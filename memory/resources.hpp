@@ -57,47 +57,71 @@ class Event {
   cudaEvent_t handle_{nullptr};
 };
 
-/// @brief Owns `bytes` of device memory from one cudaMalloc.
-class DeviceBuffer {
+namespace detail {
+/// How a Buffer gets and returns its bytes: device memory (cudaMalloc) or page-locked host
+/// memory (cudaHostAlloc).
+struct DeviceMemory {
+  static cudaError_t allocate(void** p, std::size_t bytes) noexcept { return cudaMalloc(p, bytes); }
+  static cudaError_t free(void* p) noexcept { return cudaFree(p); }
+  static constexpr const char* kName = "device buffer";
+};
+struct PinnedMemory {
+  static cudaError_t allocate(void** p, std::size_t bytes) noexcept {
+    return cudaHostAlloc(p, bytes, cudaHostAllocDefault);
+  }
+  static cudaError_t free(void* p) noexcept { return cudaFreeHost(p); }
+  static constexpr const char* kName = "pinned buffer";
+};
+[[noreturn]] void throw_allocation_failure(const char* what, std::size_t bytes, cudaError_t status);
+}  // namespace detail
+
+/// @brief Owns `bytes` of memory from one allocation of kind `Memory`; move-only.
+template <class Memory>
+class Buffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept
+  Buffer() = default;
+  /// @throws CudaError naming the kind and the size when the allocation fails.
+  explicit Buffer(std::size_t bytes) : bytes_(bytes) {
+    if (bytes == 0) return;
+    const cudaError_t status = Memory::allocate(&data_, bytes);
+    if (status != cudaSuccess) {
+      data_ = nullptr;
+      detail::throw_allocation_failure(Memory::kName, bytes, status);
+    }
+  }
+  ~Buffer() { release(); }
+  Buffer(Buffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  Buffer& operator=(Buffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
 
   [[nodiscard]] void* data() const noexcept { return data_; }
   [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
 
  private:
-  void release() noexcept;
+  void release() noexcept {
+    if (data_ != nullptr) {
+      detail::report_release_failure(Memory::kName, Memory::free(data_));
+      data_ = nullptr;
+      bytes_ = 0;
+    }
+  }
   void* data_{nullptr};
   std::size_t bytes_{0};
 };
 
-/// @brief Owns `bytes` of page-locked host memory from one cudaHostAlloc.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(std::size_t bytes);
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  [[nodiscard]] void* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
-
- private:
-  void release() noexcept;
-  void* data_{nullptr};
-  std::size_t bytes_{0};
-};
+/// @brief Device memory from one cudaMalloc.
+using DeviceBuffer = Buffer<detail::DeviceMemory>;
+/// @brief Page-locked host memory from one cudaHostAlloc.
+using PinnedBuffer = Buffer<detail::PinnedMemory>;
 
 /// @brief True when at least one CUDA device is usable from this process.
 [[nodiscard]] bool cuda_device_available() noexcept;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -133,6 +134,25 @@ void fill_inputs(graphs::Executor& ex, const BenchChunk& chunk) {
   SPG_CUDA_TRY(cudaDeviceSynchronize());  // the sinks were copied on the legacy stream
 }
 
+/// A workload's executor, warmed up for its one chunk shape, with its inputs filled.
+struct PreparedWorkload {
+  std::unique_ptr<graphs::Executor> executor;
+  BenchChunk chunk;
+};
+
+std::unique_ptr<PreparedWorkload> prepare(const Workload& w) {
+  const memory::PipelineConfig config = config_for(w);
+  graphs::ExecutorOptions opt;
+  opt.r_buckets = {w.requests};
+  opt.t_buckets = {w.requests * w.new_tokens};
+  auto p = std::make_unique<PreparedWorkload>();
+  p->executor = std::make_unique<graphs::Executor>(config, opt);
+  p->executor->warmup();
+  make_chunk(config, w, p->chunk);
+  fill_inputs(*p->executor, p->chunk);
+  return p;
+}
+
 double step_host_us(graphs::Executor& ex, const graphs::ChunkInput& in, bool graph, int reps) {
   std::vector<double> us;
   for (int i = 0; i < reps + 5; ++i) {
@@ -163,16 +183,9 @@ void run_pipeline_benchmarks(Reporter& rep, bool quick) {
   memory::AllocationCounter& counter = memory::AllocationCounter::instance();
   const TimingOptions timing{5, quick ? 20 : 30};
   for (const Workload& w : kWorkloads) {
-    const memory::PipelineConfig config = config_for(w);
-    graphs::ExecutorOptions opt;
-    opt.r_buckets = {w.requests};
-    opt.t_buckets = {w.requests * w.new_tokens};
-    graphs::Executor ex(config, opt);
-    ex.warmup();
-    BenchChunk chunk;
-    make_chunk(config, w, chunk);
-    fill_inputs(ex, chunk);
-    const graphs::ChunkInput& in = chunk.input;
+    const auto prepared = prepare(w);
+    graphs::Executor& ex = *prepared->executor;
+    const graphs::ChunkInput& in = prepared->chunk.input;
     auto add = [&](const char* variant, const char* metric, double v) { rep.add({"pipeline", w.name, variant, metric, v}); };
 
     for (bool graph : {true, false}) {
@@ -232,15 +245,10 @@ std::string entry(const char* name, const char* dtype, std::initializer_list<std
 
 void dump_small_workload(const std::string& dir) {
   const Workload& w = kWorkloads[1];
-  const memory::PipelineConfig config = config_for(w);
-  graphs::ExecutorOptions opt;
-  opt.r_buckets = {w.requests};
-  opt.t_buckets = {w.requests * w.new_tokens};
-  graphs::Executor ex(config, opt);
-  ex.warmup();
-  BenchChunk chunk;
-  make_chunk(config, w, chunk);
-  fill_inputs(ex, chunk);
+  const auto prepared = prepare(w);
+  graphs::Executor& ex = *prepared->executor;
+  const memory::PipelineConfig& config = ex.config();
+  const BenchChunk& chunk = prepared->chunk;
   const graphs::RunResult r = ex.run(chunk.input);
   SPG_EXPECTS_AS(StateError, r.ok(), "--dump: step failed: " << graphs::run_status_name(r.status));
   ex.synchronize();
