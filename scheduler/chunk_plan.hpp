@@ -1,14 +1,12 @@
-// ChunkPlan: one chunk's metadata on the host, as the executor copies it into its staging block,
-// and the choice of the graph bucket that holds it.
+// ChunkPlan: one chunk's metadata on the host, as the executor copies it into its staging block.
 //
-// Arrays are unpadded (num_requests entries, num_tokens slots); padding to the bucket is the
-// executor's: query_start_loc repeats num_tokens past num_requests (kernels/chunk.hpp), unused
-// block-table entries and slots are -1 ("skip"). Formulas: docs/pipeline.md.
+// Arrays are unpadded (num_requests entries, num_tokens slots); padding to the bucket, and the
+// choice of bucket (graphs::BucketSet), are the executor's: query_start_loc repeats num_tokens
+// past num_requests (kernels/chunk.hpp); block-table entries past a request's blocks are never
+// read. Formulas: docs/pipeline.md.
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <span>
 #include <vector>
 
 namespace spg::scheduler {
@@ -54,27 +52,5 @@ struct ChunkPlan {
   /// @throws InvalidArgument when the layer program has no cache of that ratio.
   [[nodiscard]] const ChunkCachePlan& cache(int ratio) const;
 };
-
-/// @brief A graph bucket: the chunk shape a captured graph was sized for.
-struct Bucket {
-  int max_requests{0};  ///< R_bucket
-  int max_tokens{0};    ///< T_bucket
-  friend bool operator==(const Bucket&, const Bucket&) = default;
-};
-
-/// @brief Checks bucket lists: each non-empty, positive and strictly ascending.
-/// @throws InvalidArgument naming the list and the first entry out of order.
-void validate_buckets(std::span<const int> request_buckets, std::span<const int> token_buckets);
-
-/// @brief The smallest bucket holding a chunk: the least R_bucket >= num_requests and the least
-/// T_bucket >= num_tokens of the sorted lists; nullopt when either list has none (eager fallback).
-[[nodiscard]] std::optional<Bucket> find_bucket(std::span<const int> request_buckets,
-                                                std::span<const int> token_buckets, int num_requests,
-                                                int num_tokens) noexcept;
-
-/// @brief find_bucket for a chunk, or an error.
-/// @throws CapacityError naming the chunk's requests and tokens and the largest buckets when none holds it.
-[[nodiscard]] Bucket choose_bucket(std::span<const int> request_buckets, std::span<const int> token_buckets,
-                                   const ChunkPlan& chunk);
 
 }  // namespace spg::scheduler

@@ -18,7 +18,6 @@
 
 using spg::memory::LayerConfig;
 using spg::memory::PipelineConfig;
-using spg::scheduler::Bucket;
 using spg::scheduler::ChunkPlan;
 using spg::scheduler::PrefillScheduler;
 using spg::scheduler::Request;
@@ -613,35 +612,3 @@ TEST_CASE("bad requests and configs are rejected with the value and its bounds",
   CHECK_THROWS_AS(PrefillScheduler(empty, SchedulerConfig{}), spg::InvalidArgument);
 }
 
-TEST_CASE("bucket choice: the smallest R and T buckets that hold the chunk", "[scheduler]") {
-  const std::vector<int> rb{1, 2, 4};
-  const std::vector<int> tb{16, 64, 256, 1024};
-  spg::scheduler::validate_buckets(rb, tb);
-  using spg::scheduler::find_bucket;
-  CHECK(find_bucket(rb, tb, 1, 1) == Bucket{1, 16});
-  CHECK(find_bucket(rb, tb, 1, 16) == Bucket{1, 16});
-  CHECK(find_bucket(rb, tb, 3, 64) == Bucket{4, 64});
-  CHECK(find_bucket(rb, tb, 4, 65) == Bucket{4, 256});
-  CHECK(find_bucket(rb, tb, 2, 1024) == Bucket{2, 1024});
-  CHECK_FALSE(find_bucket(rb, tb, 5, 10).has_value());
-  CHECK_FALSE(find_bucket(rb, tb, 2, 1025).has_value());
-
-  ChunkPlan chunk;
-  chunk.num_requests = 3;
-  chunk.num_tokens = 300;
-  CHECK(spg::scheduler::choose_bucket(rb, tb, chunk) == Bucket{4, 1024});
-  chunk.num_tokens = 2000;
-  const std::string none = error_of([&] { (void)spg::scheduler::choose_bucket(rb, tb, chunk); });
-  CHECK(has(none, "3 requests and 2000 tokens"));
-  CHECK(has(none, "T = 1024"));
-  CHECK_THROWS_AS(spg::scheduler::choose_bucket(rb, tb, chunk), spg::CapacityError);
-
-  const std::vector<int> unsorted{1, 4, 2};
-  const std::vector<int> dup{16, 16};
-  const std::vector<int> zero{0, 4};
-  const std::vector<int> empty;
-  CHECK(has(error_of([&] { spg::scheduler::validate_buckets(unsorted, tb); }), "request buckets[2] = 2"));
-  CHECK_THROWS_AS(spg::scheduler::validate_buckets(rb, dup), spg::InvalidArgument);
-  CHECK_THROWS_AS(spg::scheduler::validate_buckets(zero, tb), spg::InvalidArgument);
-  CHECK_THROWS_AS(spg::scheduler::validate_buckets(rb, empty), spg::InvalidArgument);
-}
