@@ -92,7 +92,10 @@ Executor::Executor(memory::PipelineConfig config, ExecutorOptions options)
   }
   // Unwritten metadata must never be garbage a kernel could trust: start from zeros.
   SPG_CUDA_TRY(cudaMemsetAsync(pool_.bytes(memory::slots::kChunkMeta, meta_.bytes()), 0, meta_.bytes(), stream()));
-  for (const char* s : memory::slots::kStaging) std::memset(pool_.bytes(s, meta_.bytes()), 0, meta_.bytes());
+  for (int s = 0; s < 2; ++s) {
+    staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(memory::slots::kStaging[s], meta_.bytes()));
+    std::memset(staging_[s], 0, meta_.bytes());
+  }
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
 }
 
@@ -199,7 +202,7 @@ RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int buck
   }
 
   // Valid: fill the staging block. Only what the kernels will read this step is written.
-  auto* w = reinterpret_cast<std::int32_t*>(pool_.pinned_base() + pool_.plan().slot(memory::slots::kStaging[s]).offset);
+  std::int32_t* w = staging_[s];
   int max_gather = 0;
   int* qsl = w + meta_.query_start_loc;
   qsl[0] = 0;

@@ -125,6 +125,7 @@ class Executor {
   std::vector<int> program_ratios_;  // bit i set: program uses ratio kRatios[i]
   memory::BufferPool pool_;
   memory::ChunkMetaLayout meta_;
+  std::int32_t* staging_[2]{nullptr, nullptr};  // pinned staging blocks, resolved once (no lookups per step)
   memory::Stream stream_;
   memory::Event staged_[2];  // recorded after the launch that read staging block s
   bool staged_pending_[2]{false, false};
