@@ -12,10 +12,12 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/catch.hpp"
 #include "graphs/executor.hpp"
+#include "kernels/reference/accuracy.hpp"
 #include "kernels/reference/kv_cache_reference.hpp"
 #include "kernels/reference/pipeline_reference.hpp"
 #include "memory/error.hpp"
@@ -342,55 +344,17 @@ inline LayerOutputs read_outputs(graphs::Executor& ex, std::size_t l, int t_buck
 inline void check_against_reference(const LayerOutputs& got, const ref::SparseMlaReferenceOutputs& want,
                                     const std::string& what) {
   INFO(what);
-  REQUIRE(got.lse.size() == want.lse.size());
-  double worst = 0;
-  std::size_t worst_i = 0;
-  double dot = 0, n_got = 0, n_want = 0;
-  for (std::size_t i = 0; i < got.out.size(); ++i) {
-    const double g = ref::bf16_value(got.out[i]);
-    const double w = want.out[i];
-    const double err = std::abs(g - w);
-    const double excess = std::isnan(g) ? 1e30 : std::min(err / 8e-4, err / (std::abs(w) * 2.4e-2 + 1e-300));
-    if (excess > worst) {
-      worst = excess;
-      worst_i = i;
-    }
-    dot += g * w;
-    n_got += g * g;
-    n_want += w * w;
+  const ref::AccuracyScore out = ref::score_out(got.out, want.out);
+  INFO("out: worst element " << out.worst_index << " at " << out.worst << " x its bar, got "
+                             << (out.worst_index < got.out.size() ? ref::bf16_value(got.out[out.worst_index]) : 0.0F)
+                             << ", want " << (out.worst_index < want.out.size() ? want.out[out.worst_index] : 0.0)
+                             << "; 1 - cos = " << out.cos_diff);
+  CHECK(out.out_ok());
+  for (const auto& [g, w, name] : {std::tuple{&got.lse, &want.lse, "lse"}, std::tuple{&got.max_logits, &want.max_logits, "max_logits"}}) {
+    const ref::AccuracyScore st = ref::score_stat(*g, *w);
+    INFO(name << ": worst element " << st.worst_index << " at " << st.worst << " x its bar");
+    CHECK(st.stat_ok());
   }
-  INFO("worst out element " << worst_i << ": got " << ref::bf16_value(got.out[worst_i]) << ", want "
-                            << want.out[worst_i]);
-  CHECK(worst <= 1.0);
-  if (n_want > 0) {
-    const double cos_diff = 1.0 - dot / std::sqrt(n_got * n_want);
-    CHECK(cos_diff <= 1e-5);
-  }
-  auto check_stat = [&](const std::vector<float>& g, const std::vector<double>& w, const char* name) {
-    double worst_s = 0;
-    std::size_t at = 0;
-    bool inf_mismatch = false;
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      if (std::isinf(w[i]) || std::isinf(g[i])) {
-        if (static_cast<double>(g[i]) != w[i]) {
-          inf_mismatch = true;
-          at = i;
-        }
-        continue;
-      }
-      const double err = std::abs(g[i] - w[i]);
-      const double excess = std::isnan(g[i]) ? 1e30 : std::min(err / 1e-4, err / (std::abs(w[i]) * 3e-5 + 1e-300));
-      if (excess > worst_s) {
-        worst_s = excess;
-        at = i;
-      }
-    }
-    INFO(name << " worst element " << at << ": got " << g[at] << ", want " << w[at]);
-    CHECK_FALSE(inf_mismatch);
-    CHECK(worst_s <= 1.0);
-  };
-  check_stat(got.lse, want.lse, "lse");
-  check_stat(got.max_logits, want.max_logits, "max_logits");
 }
 
 }  // namespace spg::test

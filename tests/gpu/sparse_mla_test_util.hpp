@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/reference/accuracy.hpp"
 #include "kernels/reference/sparse_mla_reference.hpp"
 #include "kernels/sparse_mla/sparse_mla.hpp"
 #include "memory/error.hpp"
@@ -190,71 +191,29 @@ inline std::string fmt(double v) {
 /// Elements are [token, head, 512] with tokens[i] naming token position i.
 inline Verdict check_out(std::span<const std::uint16_t> got, std::span<const double> ref, int h_q,
                          std::span<const int> tokens, const std::string& what, double looser = 1.0) {
-  const double abs_bar = 8e-4 * looser;
-  const double rel_bar = 2.4e-2 * looser;
-  Verdict v;
   if (got.size() != ref.size()) return {false, what + ": size " + std::to_string(got.size()) + " vs " + std::to_string(ref.size())};
-  double worst = -1.0;
-  std::size_t worst_i = 0;
-  double dot = 0.0, ng = 0.0, nr = 0.0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double g = bf16_to_f32(got[i]);
-    const double r = ref[i];
-    const double err = std::fabs(g - r);
-    // score: how far past the looser of the two bars (<= 1 passes); NaN scores +inf
-    double score = std::min(err / abs_bar, r != 0.0 ? err / (std::fabs(r) * rel_bar) : std::numeric_limits<double>::infinity());
-    if (std::isnan(g) || std::isnan(score)) score = std::numeric_limits<double>::infinity();
-    if (score > worst) {
-      worst = score;
-      worst_i = i;
-    }
-    dot += g * r;
-    ng += g * g;
-    nr += r * r;
-  }
-  const double cos_sim = (ng == 0.0 && nr == 0.0) ? 1.0 : dot / std::sqrt(ng * nr);
-  const double cos_diff = 1.0 - cos_sim;
-  if (worst > 1.0 || !(cos_diff <= 1e-5)) {
-    const std::size_t row = worst_i / 512;
-    std::ostringstream os;
-    os << what << ": out worst element [token " << tokens[row / static_cast<std::size_t>(h_q)] << ", head "
-       << row % static_cast<std::size_t>(h_q) << ", col " << worst_i % 512 << "] got " << fmt(bf16_to_f32(got[worst_i]))
-       << " ref " << fmt(ref[worst_i]) << " (score " << worst << " of 1); 1 - cos = " << cos_diff;
-    v = {false, os.str()};
-  }
-  return v;
+  const spg::kernels::reference::AccuracyScore s = spg::kernels::reference::score_out(got, ref, looser);
+  if (s.out_ok()) return {};
+  const std::size_t row = s.worst_index / 512;
+  std::ostringstream os;
+  os << what << ": out worst element [token " << tokens[row / static_cast<std::size_t>(h_q)] << ", head "
+     << row % static_cast<std::size_t>(h_q) << ", col " << s.worst_index % 512 << "] got "
+     << fmt(bf16_to_f32(got[s.worst_index])) << " ref " << fmt(ref[s.worst_index]) << " (score " << s.worst
+     << " of 1); 1 - cos = " << s.cos_diff;
+  return {false, os.str()};
 }
 
 /// lse / max_logits: |err| <= 1e-4 or relative <= 3e-5; infinities must match exactly.
 inline Verdict check_stat(std::span<const float> got, std::span<const double> ref, int h_q, std::span<const int> tokens,
                           const std::string& what) {
   if (got.size() != ref.size()) return {false, what + ": size mismatch"};
-  double worst = -1.0;
-  std::size_t worst_i = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i];
-    const double r = ref[i];
-    double score;
-    if (std::isinf(r) || std::isinf(g)) {
-      score = (g == r) ? 0.0 : std::numeric_limits<double>::infinity();
-    } else {
-      const double err = std::fabs(g - r);
-      score = std::min(err / 1e-4, r != 0.0 ? err / (std::fabs(r) * 3e-5) : std::numeric_limits<double>::infinity());
-      if (std::isnan(g) || std::isnan(score)) score = std::numeric_limits<double>::infinity();
-    }
-    if (score > worst) {
-      worst = score;
-      worst_i = i;
-    }
-  }
-  if (worst > 1.0) {
-    std::ostringstream os;
-    os << what << " worst element [token " << tokens[worst_i / static_cast<std::size_t>(h_q)] << ", head "
-       << worst_i % static_cast<std::size_t>(h_q) << "] got " << fmt(got[worst_i]) << " ref " << fmt(ref[worst_i])
-       << " (score " << worst << " of 1)";
-    return {false, os.str()};
-  }
-  return {};
+  const spg::kernels::reference::AccuracyScore s = spg::kernels::reference::score_stat(got, ref);
+  if (s.stat_ok()) return {};
+  std::ostringstream os;
+  os << what << " worst element [token " << tokens[s.worst_index / static_cast<std::size_t>(h_q)] << ", head "
+     << s.worst_index % static_cast<std::size_t>(h_q) << "] got " << fmt(got[s.worst_index]) << " ref "
+     << fmt(ref[s.worst_index]) << " (score " << s.worst << " of 1)";
+  return {false, os.str()};
 }
 
 }  // namespace spg::test::mla
