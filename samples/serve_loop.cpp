@@ -287,6 +287,7 @@ int run(const Options& opt) {
   std::printf("workload: %s\n", wc.describe().c_str());
 
   samples::Verifier verifier(ex, opt.seed);
+  const kernels::SyntheticFrontArgs front_layers = samples::front_layers(ex);  // pool lookups once, not per step
   memory::DeviceBuffer checksum(sizeof(std::uint64_t));
   SPG_CUDA_TRY(cudaMemset(checksum.data(), 0, sizeof(std::uint64_t)));
   constexpr int kRing = 64;  // GPU-time events: read back 64 chunks later, never waited on early
@@ -326,8 +327,8 @@ int run(const Options& opt) {
     const scheduler::StepPlan plan = sched.schedule();
     finished += static_cast<long long>(plan.finished.size());
     for (const scheduler::ChunkPlan& cp : plan.chunks) {
-      const samples::ChunkView view(cp, config);
-      kernels::SyntheticFrontArgs front = view.front_args(ex, opt.seed, static_cast<std::uint64_t>(chunks));
+      const samples::ChunkView view(cp);
+      const kernels::SyntheticFrontArgs front = view.front_args(front_layers, opt.seed, static_cast<std::uint64_t>(chunks));
       const bool verify_this = verify_every > 0 && step % verify_every == 0 &&
                                static_cast<int>(verify_at.size()) < opt.verify && cp.num_tokens > 0;
       if (verify_this) verifier.before(view);

@@ -20,8 +20,7 @@ namespace ref = kernels::reference;
 using memory::kNumRatios;
 using memory::ratio_index;
 
-ChunkView::ChunkView(const scheduler::ChunkPlan& plan, const memory::PipelineConfig& config) : plan_(plan) {
-  (void)config;
+ChunkView::ChunkView(const scheduler::ChunkPlan& plan) : plan_(plan) {
   const scheduler::ChunkCachePlan& swa = plan.cache(1);
   requests_.resize(static_cast<std::size_t>(plan.num_requests));
   for (std::size_t b = 0; b < requests_.size(); ++b) {
@@ -40,21 +39,8 @@ ChunkView::ChunkView(const scheduler::ChunkPlan& plan, const memory::PipelineCon
   input_.requests = requests_;
 }
 
-kernels::SyntheticFrontArgs make_front_args(graphs::Executor& ex, std::span<const std::int32_t> query_start_loc,
-                                            std::span<const std::int32_t> seq_lens,
-                                            const int (&new_compressed_rows)[kNumRatios], std::uint64_t seed,
-                                            std::uint64_t step) {
+kernels::SyntheticFrontArgs front_layers(graphs::Executor& ex) {
   kernels::SyntheticFrontArgs a;
-  a.seed = seed;
-  a.step = step;
-  a.num_requests = static_cast<int>(seq_lens.size());
-  SPG_EXPECTS(a.num_requests <= kernels::kFrontMaxRequests && query_start_loc.size() == seq_lens.size() + 1,
-              "make_front_args: " << seq_lens.size() << " requests (at most " << kernels::kFrontMaxRequests
-                                  << ") and " << query_start_loc.size() << " query_start_loc entries");
-  a.num_tokens = query_start_loc.back();
-  for (std::size_t b = 0; b < query_start_loc.size(); ++b) a.query_start_loc[b] = query_start_loc[b];
-  for (std::size_t b = 0; b < seq_lens.size(); ++b) a.seq_lens[b] = seq_lens[b];
-  for (int i = 0; i < kNumRatios; ++i) a.new_compressed_rows[i] = new_compressed_rows[i];
   const memory::PipelineConfig& cfg = ex.config();
   a.num_layers = static_cast<int>(cfg.layers.size());
   for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
@@ -69,16 +55,36 @@ kernels::SyntheticFrontArgs make_front_args(graphs::Executor& ex, std::span<cons
       f.top_k = layer.top_k;
     }
   }
+  return a;
+}
+
+kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& layers,
+                                            std::span<const std::int32_t> query_start_loc,
+                                            std::span<const std::int32_t> seq_lens,
+                                            const int (&new_compressed_rows)[kNumRatios], std::uint64_t seed,
+                                            std::uint64_t step) {
+  kernels::SyntheticFrontArgs a = layers;
+  a.seed = seed;
+  a.step = step;
+  a.num_requests = static_cast<int>(seq_lens.size());
+  SPG_EXPECTS(a.num_requests <= kernels::kFrontMaxRequests && query_start_loc.size() == seq_lens.size() + 1,
+              "make_front_args: " << seq_lens.size() << " requests (at most " << kernels::kFrontMaxRequests
+                                  << ") and " << query_start_loc.size() << " query_start_loc entries");
+  a.num_tokens = query_start_loc.back();
+  for (std::size_t b = 0; b < query_start_loc.size(); ++b) a.query_start_loc[b] = query_start_loc[b];
+  for (std::size_t b = 0; b < seq_lens.size(); ++b) a.seq_lens[b] = seq_lens[b];
+  for (int i = 0; i < kNumRatios; ++i) a.new_compressed_rows[i] = new_compressed_rows[i];
   kernels::SyntheticFront::can_implement(a);
   return a;
 }
 
-kernels::SyntheticFrontArgs ChunkView::front_args(graphs::Executor& ex, std::uint64_t seed, std::uint64_t step) const {
+kernels::SyntheticFrontArgs ChunkView::front_args(const kernels::SyntheticFrontArgs& layers, std::uint64_t seed,
+                                                  std::uint64_t step) const {
   int new_rows[kNumRatios] = {0, 0, 0};
   for (const scheduler::ChunkCachePlan& c : plan_.caches) {
     if (c.ratio > 1) new_rows[ratio_index(c.ratio)] = c.num_new_rows();
   }
-  return make_front_args(ex, plan_.query_start_loc, plan_.seq_lens, new_rows, seed, step);
+  return make_front_args(layers, plan_.query_start_loc, plan_.seq_lens, new_rows, seed, step);
 }
 
 Verifier::Verifier(graphs::Executor& ex, std::uint64_t seed) : ex_(ex), seed_(seed), rng_(seed ^ 0xabcdefULL) {}

@@ -17,8 +17,13 @@
 
 namespace spg::samples {
 
-/// @brief The model front's arguments for a chunk of the given lengths (step: the front's counter).
-kernels::SyntheticFrontArgs make_front_args(graphs::Executor& ex, std::span<const std::int32_t> query_start_loc,
+/// @brief The model front's per-layer outputs (pool pointers), resolved once at set-up.
+kernels::SyntheticFrontArgs front_layers(graphs::Executor& ex);
+
+/// @brief The model front's arguments for one chunk: `layers` (from front_layers) plus the
+///        chunk's lengths (step: the front's counter). No pool lookups: called every step.
+kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& layers,
+                                            std::span<const std::int32_t> query_start_loc,
                                             std::span<const std::int32_t> seq_lens,
                                             const int (&new_compressed_rows)[memory::kNumRatios], std::uint64_t seed,
                                             std::uint64_t step);
@@ -26,14 +31,14 @@ kernels::SyntheticFrontArgs make_front_args(graphs::Executor& ex, std::span<cons
 /// @brief A ChunkPlan seen as the executor's ChunkInput (spans into the plan, no copies).
 class ChunkView {
  public:
-  ChunkView(const scheduler::ChunkPlan& plan, const memory::PipelineConfig& config);
+  explicit ChunkView(const scheduler::ChunkPlan& plan);
   ChunkView(const ChunkView&) = delete;
   ChunkView& operator=(const ChunkView&) = delete;
 
   [[nodiscard]] const graphs::ChunkInput& input() const noexcept { return input_; }
   [[nodiscard]] const scheduler::ChunkPlan& plan() const noexcept { return plan_; }
   /// The model front's arguments for this chunk (step = the chunk's global index).
-  [[nodiscard]] kernels::SyntheticFrontArgs front_args(graphs::Executor& ex, std::uint64_t seed,
+  [[nodiscard]] kernels::SyntheticFrontArgs front_args(const kernels::SyntheticFrontArgs& layers, std::uint64_t seed,
                                                        std::uint64_t step) const;
 
  private:

@@ -135,7 +135,7 @@ void fill_inputs(graphs::Executor& ex, const BenchChunk& chunk) {
     }
   }
   int new_rows[kNumRatios] = {0, static_cast<int>(chunk.comp_slots[1].size()), static_cast<int>(chunk.comp_slots[2].size())};
-  SPG_CUDA_TRY(kernels::SyntheticFront::run(samples::make_front_args(ex, chunk.qsl, chunk.seq_lens, new_rows, 3, 0),
+  SPG_CUDA_TRY(kernels::SyntheticFront::run(samples::make_front_args(samples::front_layers(ex), chunk.qsl, chunk.seq_lens, new_rows, 3, 0),
                                             ex.stream()));
   SPG_CUDA_TRY(cudaDeviceSynchronize());  // the sinks were copied on the legacy stream
 }
