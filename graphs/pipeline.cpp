@@ -52,6 +52,7 @@ Pipeline::Pipeline(const PipelineConfig& config, const memory::BufferPool& pool,
   device_meta_ = pool.bytes(slots::kChunkMeta, meta_bytes_);
   for (int s = 0; s < 2; ++s) staging_[s] = pool.bytes(slots::kStaging[s], meta_bytes_);
   status_ = reinterpret_cast<kernels::StepStatus*>(pool.bytes(slots::kStepStatus, sizeof(kernels::StepStatus)));
+  for (const void* staging : staging_) kernels::StageIn::can_implement(staging, device_meta_, meta_bytes_, status_);
 
   const auto* words = reinterpret_cast<const std::int32_t*>(device_meta_);
   const auto* scalars = reinterpret_cast<const kernels::ChunkScalars*>(words + meta.scalars);
@@ -171,11 +172,7 @@ int Pipeline::kernel_launches() const noexcept {
 }
 
 cudaError_t Pipeline::record_stage(int stage, int staging, cudaStream_t stream) const noexcept {
-  if (stage == 0) {
-    const cudaError_t e =
-        cudaMemcpyAsync(device_meta_, staging_[staging & 1], meta_bytes_, cudaMemcpyHostToDevice, stream);
-    return e != cudaSuccess ? e : kernels::reset(status_, stream);
-  }
+  if (stage == 0) return kernels::StageIn::run(staging_[staging & 1], device_meta_, meta_bytes_, status_, stream);
   const LayerLaunches& l = layers_[static_cast<std::size_t>((stage - 1) / 5)];
   switch ((stage - 1) % 5) {
     case 0: return l.insert_swa ? kernels::KvInsert::run(l.swa_insert, nullptr, stream) : cudaSuccess;

@@ -2,9 +2,9 @@
 // recorded onto a stream, eagerly or under capture (docs/graphs.md).
 //
 // Per layer: insert (optional) -> gather compressed + window -> combine -> attention, all layers
-// sharing one kv workspace. The recording starts with the step's metadata copy (pinned staging
-// -> device block) and the fault-counter reset, so the host's only per-step work is to fill the
-// staging block and launch.
+// sharing one kv workspace. The recording starts with the stage-in kernel (the step's metadata
+// from the pinned staging block to its device block, and the fault-counter reset), so the host's
+// only per-step work is to fill the staging block and launch.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,6 +15,7 @@
 #include "kernels/combine_indices/combine_indices.hpp"
 #include "kernels/kv_cache/kv_cache.hpp"
 #include "kernels/sparse_mla/sparse_mla.hpp"
+#include "kernels/stage_in/stage_in.hpp"
 #include "memory/buffer_pool.hpp"
 #include "memory/pipeline_config.hpp"
 #include "memory/pipeline_pool.hpp"
@@ -47,12 +48,12 @@ class Pipeline {
                                                              const std::vector<int>& layers, int r_bucket,
                                                              int t_bucket);
 
-  /// Records the step onto `stream`: metadata copy from staging block `staging` (0 or 1), fault
-  /// reset, then every layer's stages. No allocation, no sync: safe under capture.
+  /// Records the step onto `stream`: stage-in from staging block `staging` (0 or 1), then every
+  /// layer's stages. No allocation, no sync: safe under capture.
   [[nodiscard]] cudaError_t record(int staging, cudaStream_t stream) const noexcept;
 
-  /// Stages one at a time, for timing each kernel on its own: stage 0 is the metadata copy and
-  /// fault reset, then five per layer (SWA insert, compressed insert, gather, combine, attention);
+  /// Stages one at a time, for timing each kernel on its own: stage 0 is the stage-in kernel
+  /// (metadata copy and fault reset), then five per layer (SWA insert, compressed insert, gather, combine, attention);
   /// a stage the layer does not have records nothing.
   [[nodiscard]] int stage_count() const noexcept { return 1 + 5 * static_cast<int>(layers_.size()); }
   [[nodiscard]] cudaError_t record_stage(int stage, int staging, cudaStream_t stream) const noexcept;
