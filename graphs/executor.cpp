@@ -281,11 +281,20 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph) noe
     }
     staged_pending_[s] = false;
   }
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.time_host_phases;
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
   result.status = write_staging(chunk, program, result.bucket, s);
   if (result.status != RunStatus::ok) return result;
   Entry* e = entry(program, result.bucket);
+  const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
   cudaError_t err = graph ? e->exec[s].launch(stream()) : e->pipeline->record(s, stream());
+  const Clock::time_point t2 = timed ? Clock::now() : Clock::time_point{};
   if (err == cudaSuccess) err = cudaEventRecord(staged_[s].get(), stream());
+  if (timed) {
+    using Us = std::chrono::duration<double, std::micro>;
+    result.phases = {Us(t1 - t0).count(), Us(t2 - t1).count(), Us(Clock::now() - t2).count()};
+  }
   if (err != cudaSuccess) {
     result.status = RunStatus::cuda_error;
     result.cuda = err;

@@ -27,11 +27,13 @@ struct ExecutorOptions {
   std::vector<std::vector<int>> programs;   ///< layer lists; empty: one program of every layer
   bool insert{true};                        ///< record stage 0 (quantize new K rows into the caches)
   bool capture{true};                       ///< false: eager only (debugging); run() then fails
+  /// Time the host phases of every run() into RunResult::phases (three clock reads a step).
+  bool time_host_phases{false};
 };
 
 /// @brief What warm-up did and what it holds (table D of docs/benchmarks.md).
 struct WarmupReport {
-  int graphs{0};
+  int graphs{0};                     ///< step graphs (programs x buckets x 2 staging blocks)
   int buckets{0};
   int programs{0};
   double eager_ms{0};                ///< one eager run of every bucket
@@ -59,6 +61,12 @@ struct RunResult {
   /// Microseconds the host spent waiting for the device to release a staging block (0 unless the
   /// host was two steps ahead): time the device owed, not host work.
   double waited_us{0.0};
+  /// Host microseconds per phase; filled only with ExecutorOptions::time_host_phases.
+  struct Phases {
+    double staging_us{0.0};  ///< checking the chunk and filling the staging block
+    double launch_us{0.0};   ///< cudaGraphLaunch (or the eager launches)
+    double record_us{0.0};   ///< recording the staging block's release event
+  } phases;
   [[nodiscard]] bool ok() const noexcept { return status == RunStatus::ok; }
 };
 

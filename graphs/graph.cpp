@@ -28,10 +28,10 @@ std::size_t Graph::node_count() const {
   return n;
 }
 
-GraphExec GraphExec::instantiate(const Graph& graph, cudaStream_t stream) {
+GraphExec GraphExec::instantiate(const Graph& graph, cudaStream_t stream, unsigned long long flags) {
   SPG_EXPECTS(static_cast<bool>(graph), "GraphExec::instantiate: the graph is empty");
   cudaGraphExec_t exec = nullptr;
-  SPG_CUDA_TRY(cudaGraphInstantiate(&exec, graph.get(), 0));
+  SPG_CUDA_TRY(cudaGraphInstantiate(&exec, graph.get(), flags));
   GraphExec owned(exec);
   SPG_CUDA_TRY(cudaGraphUpload(exec, stream));
   return owned;

@@ -33,8 +33,9 @@ class GraphExec {
  public:
   GraphExec() = default;
   /// Instantiates and uploads `graph` to `stream` so that the first launch pays no upload.
+  /// `flags`: cudaGraphInstantiateFlag* (0 for a graph the host launches).
   /// @throws CudaError when instantiation or upload fails.
-  static GraphExec instantiate(const Graph& graph, cudaStream_t stream);
+  static GraphExec instantiate(const Graph& graph, cudaStream_t stream, unsigned long long flags = 0);
   ~GraphExec();
   GraphExec(GraphExec&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
   GraphExec& operator=(GraphExec&& o) noexcept;
