@@ -52,9 +52,21 @@ void cupti_try(CUptiResult r, const char* call) {
 
 }  // namespace
 
-AllocationCounter::AllocationCounter() {
+AllocationCounter::AllocationCounter() { attach(); }
+
+void AllocationCounter::detach() {
+  if (subscriber_ == nullptr) return;
+  cupti_try(cuptiUnsubscribe(static_cast<CUpti_SubscriberHandle>(subscriber_)), "cuptiUnsubscribe");
+  subscriber_ = nullptr;
+  cupti_try(cuptiFinalize(), "cuptiFinalize");
+}
+
+void AllocationCounter::attach() {
+  if (subscriber_ != nullptr) return;
   CUpti_SubscriberHandle subscriber = nullptr;
   cupti_try(cuptiSubscribe(&subscriber, on_callback, nullptr), "cuptiSubscribe");
+  subscriber_ = subscriber;
+  watched_ = 0;
   for (CUpti_CallbackDomain domain : {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API}) {
     const auto last = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? static_cast<CUpti_CallbackId>(CUPTI_RUNTIME_TRACE_CBID_SIZE)
                                                             : static_cast<CUpti_CallbackId>(CUPTI_DRIVER_TRACE_CBID_SIZE);

@@ -28,11 +28,21 @@ class AllocationCounter {
   /// How many API callbacks the counter watches (for the report).
   [[nodiscard]] int watched_callbacks() const noexcept { return watched_; }
 
+  /// Detaches CUPTI from the process (unsubscribe, then cuptiFinalize) and attaches it again.
+  /// While a CUPTI subscriber exists the driver leaves its fast graph-launch path (cudaGraphLaunch
+  /// then costs about 0.2 us a node instead of ~2 us a graph: docs/benchmarks.md), so host-time
+  /// measurements detach first. Counts made while detached are lost; count() keeps its value.
+  /// @throws Error when CUPTI refuses.
+  void detach();
+  void attach();
+  [[nodiscard]] bool attached() const noexcept { return subscriber_ != nullptr; }
+
   AllocationCounter(const AllocationCounter&) = delete;
   AllocationCounter& operator=(const AllocationCounter&) = delete;
 
  private:
   AllocationCounter();
+  void* subscriber_{nullptr};  // CUpti_SubscriberHandle
   int watched_{0};
 };
 
