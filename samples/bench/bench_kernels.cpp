@@ -24,6 +24,7 @@
 #include "kernels/step_status.hpp"
 #include "memory/error.hpp"
 #include "memory/resources.hpp"
+#include "samples/bench/probes.hpp"
 
 namespace spg::bench {
 
@@ -348,6 +349,12 @@ void measure_cache_kernels(Reporter& reporter, const ClockWarmer& warmer, cudaSt
     });
     reporter.add(Record{"ceilings", "copy-70MB", "cudaMemcpyAsync", "gbps", 2.0 * half / (t.single_us * 1e-6) / kGB});
     reporter.add(Record{"ceilings", "copy-70MB", "cudaMemcpyAsync-back-to-back", "gbps",
+                        2.0 * half / (t.back_to_back_us * 1e-6) / kGB});
+    t = time_launches(warmer, stream, kSets, [&](int set) {
+      SPG_CUDA_TRY(launch_copy_kernel(dst[std::size_t(set)].data(), src[std::size_t(set)].data(), half, stream));
+    });
+    reporter.add(Record{"ceilings", "copy-70MB", "copy-kernel", "gbps", 2.0 * half / (t.single_us * 1e-6) / kGB});
+    reporter.add(Record{"ceilings", "copy-70MB", "copy-kernel-back-to-back", "gbps",
                         2.0 * half / (t.back_to_back_us * 1e-6) / kGB});
   }
 

@@ -154,6 +154,7 @@ std::unique_ptr<PreparedWorkload> prepare(const Workload& w) {
   graphs::ExecutorOptions opt;
   opt.r_buckets = {w.requests};
   opt.t_buckets = {w.requests * w.new_tokens};
+  opt.time_host_phases = true;  // three clock reads a step, inside host_us
   auto p = std::make_unique<PreparedWorkload>();
   p->executor = std::make_unique<graphs::Executor>(config, opt);
   p->executor->warmup();
@@ -162,9 +163,17 @@ std::unique_ptr<PreparedWorkload> prepare(const Workload& w) {
   return p;
 }
 
-double step_host_us(PreparedWorkload& p, bool graph, int reps) {
+/// Host time of one step on an idle device: the whole run() call and its phases (medians).
+struct HostTimes {
+  double total_us;
+  double staging_us;
+  double launch_us;
+  double record_us;
+};
+
+HostTimes step_host_us(PreparedWorkload& p, bool graph, int reps) {
   graphs::Executor& ex = *p.executor;
-  std::vector<double> us;
+  std::vector<double> us[4];
   for (int i = 0; i < reps + 5; ++i) {
     const graphs::ChunkInput& in = p.next_input();
     const auto t0 = std::chrono::steady_clock::now();
@@ -172,9 +181,13 @@ double step_host_us(PreparedWorkload& p, bool graph, int reps) {
     const auto t1 = std::chrono::steady_clock::now();
     SPG_EXPECTS_AS(StateError, r.ok(), "bench: step failed: " << graphs::run_status_name(r.status));
     ex.synchronize();
-    if (i >= 5) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (i < 5) continue;
+    us[0].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    us[1].push_back(r.phases.staging_us);
+    us[2].push_back(r.phases.launch_us);
+    us[3].push_back(r.phases.record_us);
   }
-  return median(std::move(us));
+  return {median(us[0]), median(us[1]), median(us[2]), median(us[3])};
 }
 
 double back_to_back_us(PreparedWorkload& p, bool graph, int steps) {
@@ -193,12 +206,15 @@ double back_to_back_us(PreparedWorkload& p, bool graph, int steps) {
 }  // namespace
 
 void run_pipeline_benchmarks(Reporter& rep, bool quick) {
-  memory::AllocationCounter& counter = memory::AllocationCounter::instance();
+  // CUPTI stays unloaded while times are measured (its subscriber slows every cudaGraphLaunch,
+  // and after repeated attach/detach cycles later API calls were seen slower); it is attached once at the
+  // end to count the allocation calls of 100 replayed steps of every workload.
   const TimingOptions timing{5, quick ? 20 : 30};
+  std::vector<std::unique_ptr<PreparedWorkload>> workloads;
   for (const Workload& w : kWorkloads) {
-    const auto prepared = prepare(w);
-    graphs::Executor& ex = *prepared->executor;
-    PreparedWorkload& pw = *prepared;
+    workloads.push_back(prepare(w));
+    graphs::Executor& ex = *workloads.back()->executor;
+    PreparedWorkload& pw = *workloads.back();
     auto add = [&](const char* variant, const char* metric, double v) { rep.add({"pipeline", w.name, variant, metric, v}); };
 
     for (bool graph : {true, false}) {
@@ -207,13 +223,13 @@ void run_pipeline_benchmarks(Reporter& rep, bool quick) {
             const graphs::ChunkInput& in = pw.next_input();
             (void)(graph ? ex.run(in) : ex.run_eager(in));
           }, timing));
-      add(variant, "host_us", step_host_us(pw, graph, timing.reps));
+      const HostTimes host = step_host_us(pw, graph, timing.reps);
+      add(variant, "host_us", host.total_us);
+      add(variant, "host_staging_us", host.staging_us);
+      add(variant, "host_launch_us", host.launch_us);
+      add(variant, "host_record_us", host.record_us);
       add(variant, "wall_us", back_to_back_us(pw, graph, quick ? 50 : 200));
     }
-    counter.reset();
-    for (int i = 0; i < 100; ++i) (void)ex.run(pw.next_input());
-    ex.synchronize();
-    add("spgraph-graph", "alloc_calls", static_cast<double>(counter.count()) / 100.0);
 
     // The floor for the graph: every stage timed on its own, summed. Each stage repeats on the
     // metadata last staged (one chunk, caches warm in L2), so the floor is if anything low.
@@ -225,10 +241,24 @@ void run_pipeline_benchmarks(Reporter& rep, bool quick) {
     add("kernels-sum", "gpu_us", sum);
     const kernels::StepStatus st = ex.read_status();
     SPG_EXPECTS_AS(StateError, st.total() == 0, "bench: workload " << w.name << " raised " << st.total() << " device faults");
-    std::printf("  pipeline %-7s graph %8.1f us  eager %8.1f us  sum %8.1f us  host %.2f / %.2f us\n", w.name,
-                rep.value("pipeline", w.name, "spgraph-graph", "gpu_us"), rep.value("pipeline", w.name, "spgraph-eager", "gpu_us"),
-                sum, rep.value("pipeline", w.name, "spgraph-graph", "host_us"),
-                rep.value("pipeline", w.name, "spgraph-eager", "host_us"));
+    auto value = [&](const char* variant, const char* metric) { return rep.value("pipeline", w.name, variant, metric); };
+    std::printf("  pipeline %-7s GPU us: graph %.1f, eager %.1f, sum %.1f; wall us: %.1f / %.1f;"
+                " host us: %.2f / %.2f (graph: staging %.2f, launch %.2f, event %.2f)\n", w.name,
+                value("spgraph-graph", "gpu_us"), value("spgraph-eager", "gpu_us"), sum, value("spgraph-graph", "wall_us"),
+                value("spgraph-eager", "wall_us"), value("spgraph-graph", "host_us"), value("spgraph-eager", "host_us"),
+                value("spgraph-graph", "host_staging_us"), value("spgraph-graph", "host_launch_us"),
+                value("spgraph-graph", "host_record_us"));
+  }
+
+  memory::AllocationCounter& counter = memory::AllocationCounter::instance();
+  for (std::size_t i = 0; i < workloads.size(); ++i) {
+    PreparedWorkload& pw = *workloads[i];
+    counter.reset();
+    for (int k = 0; k < 100; ++k) (void)pw.executor->run(pw.next_input());
+    pw.executor->synchronize();
+    rep.add({"pipeline", kWorkloads[i].name, "spgraph-graph", "alloc_calls", static_cast<double>(counter.count()) / 100.0});
+    std::printf("  pipeline %-7s allocation calls per replayed step (CUPTI): %.2f\n", kWorkloads[i].name,
+                static_cast<double>(counter.count()) / 100.0);
   }
 }
 

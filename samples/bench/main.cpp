@@ -15,6 +15,7 @@
 #include "samples/bench/bench_attention.hpp"
 #include "samples/bench/bench_kernels.hpp"
 #include "samples/bench/bench_pipeline.hpp"
+#include "samples/bench/probes.hpp"
 #include "samples/bench/report.hpp"
 
 namespace {
@@ -102,7 +103,10 @@ int main(int argc, char** argv) {
     if (tables.find('A') != std::string::npos) bench::run_attention_benchmarks(rep, stream.get(), quick);
     if (tables.find('B') != std::string::npos) bench::run_pipeline_benchmarks(rep, quick);
     if (tables.find('C') != std::string::npos) bench::run_kernel_benchmarks(rep, stream.get());
-    if (tables.find('D') != std::string::npos) bench::run_executor_benchmarks(rep);
+    if (tables.find('D') != std::string::npos) {
+      bench::run_executor_benchmarks(rep);
+      bench::run_launch_probe(rep);
+    }
     for (const char* suite : {"ceilings", "attention", "pipeline", "kernels", "executor"}) rep.print_table(suite);
     if (!json.empty()) {
       const char* commit = std::getenv("SPGRAPH_COMMIT");

@@ -1,0 +1,222 @@
+// See probes.hpp.
+#include "samples/bench/probes.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graphs/graph.hpp"
+#include "memory/allocation_counter.hpp"
+#include "memory/error.hpp"
+#include "memory/resources.hpp"
+
+namespace spg::bench {
+
+namespace {
+
+__global__ void empty_kernel(int* sink) {
+  if (sink != nullptr && threadIdx.x == 1024) *sink = 0;  // never true: keeps the launch real
+}
+
+/// Pulls `words` int32 from pinned host memory (mapped) into device memory.
+__global__ void pull_kernel(const std::int32_t* __restrict__ host, std::int32_t* __restrict__ device, int words) {
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < words;
+       i += static_cast<int>(gridDim.x * blockDim.x)) {
+    device[i] = host[i];
+  }
+}
+
+__global__ void __launch_bounds__(512) copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                                                   std::size_t n) {
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {  // four loads in flight per thread
+    const uint4 a = src[i];
+    const uint4 b = src[i + stride];
+    const uint4 c = src[i + 2 * stride];
+    const uint4 d = src[i + 3 * stride];
+    dst[i] = a;
+    dst[i + stride] = b;
+    dst[i + 2 * stride] = c;
+    dst[i + 3 * stride] = d;
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
+__global__ void set_switch_kernel(cudaGraphConditionalHandle handle, const int* value) {
+  cudaGraphSetConditional(handle, static_cast<unsigned>(*value));
+}
+
+__global__ void tail_launch_probe_kernel(cudaGraphExec_t exec) { (void)cudaGraphLaunch(exec, cudaStreamGraphTailLaunch); }
+
+/// A graph of `kernels` empty kernels captured on `stream`.
+graphs::Graph capture_empty_kernels(cudaStream_t stream, int kernels) {
+  graphs::CaptureGuard guard(stream);
+  for (int k = 0; k < kernels; ++k) empty_kernel<<<1, 32, 0, stream>>>(nullptr);
+  SPG_CUDA_TRY(cudaGetLastError());
+  return guard.finish();
+}
+
+/// Median host time of cudaGraphLaunch(exec) on an idle device, 200 launches after 20.
+double median_launch_us(const graphs::GraphExec& exec, cudaStream_t stream) {
+  std::vector<double> us;
+  for (int i = 0; i < 220; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(exec.launch(stream));
+    const auto t1 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+    if (i >= 20) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  return median(us);
+}
+
+/// Host cost of the two ways to keep the host's launch independent of the graph's size: a
+/// one-kernel graph that tail-launches a device graph of K kernels, and a graph of [selector
+/// kernel -> switch node over `bodies` bodies of K kernels each] (CUDA 12.8+ conditional nodes).
+void run_indirect_launch_probe(Reporter& rep, cudaStream_t stream) {
+  memory::DeviceBuffer value(4);
+  SPG_CUDA_TRY(cudaMemsetAsync(value.data(), 0, 4, stream));
+  for (int kernels : {1, 40, 320}) {
+    const graphs::GraphExec device_graph = graphs::GraphExec::instantiate(
+        capture_empty_kernels(stream, kernels), stream, cudaGraphInstantiateFlagDeviceLaunch);
+    const graphs::GraphExec launcher = [&] {
+      graphs::CaptureGuard guard(stream);
+      tail_launch_probe_kernel<<<1, 1, 0, stream>>>(device_graph.get());
+      SPG_CUDA_TRY(cudaGetLastError());
+      return graphs::GraphExec::instantiate(guard.finish(), stream);
+    }();
+    const double tail_us = median_launch_us(launcher, stream);
+
+    // [selector] -> switch over 3 bodies of `kernels` kernels; the selector picks body 0.
+    cudaGraph_t raw = nullptr;
+    SPG_CUDA_TRY(cudaGraphCreate(&raw, 0));
+    graphs::Graph g(raw);
+    cudaGraphConditionalHandle handle{};
+    SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&handle, raw, 0, 0));
+    const int* value_ptr = static_cast<const int*>(value.data());
+    void* args[] = {&handle, &value_ptr};
+    cudaKernelNodeParams kp{};
+    kp.func = reinterpret_cast<void*>(&set_switch_kernel);
+    kp.gridDim = dim3(1);
+    kp.blockDim = dim3(1);
+    kp.kernelParams = args;
+    cudaGraphNode_t selector = nullptr;
+    SPG_CUDA_TRY(cudaGraphAddKernelNode(&selector, raw, nullptr, 0, &kp));
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = handle;
+    cp.conditional.type = cudaGraphCondTypeSwitch;
+    cp.conditional.size = 3;
+    cudaGraphNode_t sw = nullptr;
+    SPG_CUDA_TRY(cudaGraphAddNode(&sw, raw, &selector, nullptr, 1, &cp));
+    for (unsigned b = 0; b < 3; ++b) {
+      SPG_CUDA_TRY(cudaStreamBeginCaptureToGraph(stream, cp.conditional.phGraph_out[b], nullptr, nullptr, 0,
+                                                 cudaStreamCaptureModeThreadLocal));
+      for (int k = 0; k < kernels; ++k) empty_kernel<<<1, 32, 0, stream>>>(nullptr);
+      cudaGraph_t body = nullptr;
+      SPG_CUDA_TRY(cudaStreamEndCapture(stream, &body));
+    }
+    const graphs::GraphExec switch_exec = graphs::GraphExec::instantiate(g, stream);
+    const double switch_us = median_launch_us(switch_exec, stream);
+
+    const std::string k = std::to_string(kernels) + " kernels";
+    rep.add({"executor", "launch-probe/tail/" + k, "graph", "host_launch_us", tail_us});
+    rep.add({"executor", "launch-probe/switch3/" + k, "graph", "host_launch_us", switch_us});
+    std::printf("  launch-probe %-4d kernels: tail-launching 1-node graph %.2f us, switch node (3 bodies) %.2f us\n",
+                kernels, tail_us, switch_us);
+  }
+}
+
+/// cudaGraphLaunch of a 40-kernel graph with CUPTI never loaded, attached (the allocation
+/// counter's subscriber), detached, and attached again; the last also checks that counting still
+/// works after a detach.
+void run_cupti_probe(Reporter& rep, cudaStream_t stream) {
+  const graphs::GraphExec exec = graphs::GraphExec::instantiate(capture_empty_kernels(stream, 40), stream);
+  memory::AllocationCounter* counter = nullptr;
+  for (const char* state : {"before-cupti", "cupti-attached", "cupti-detached", "cupti-reattached"}) {
+    const std::string_view st(state);
+    if (st == "cupti-attached") counter = &memory::AllocationCounter::instance();
+    if (st == "cupti-detached") counter->detach();
+    if (st == "cupti-reattached") counter->attach();
+    const double us = median_launch_us(exec, stream);
+    rep.add({"executor", std::string("launch-probe/40 kernels/") + state, "graph", "host_launch_us", us});
+    std::printf("  launch-probe 40 kernels, %-16s cudaGraphLaunch %.2f us\n", state, us);
+  }
+  counter->reset();
+  { memory::DeviceBuffer probe(256); }
+  std::printf("  launch-probe: allocation calls counted after re-attaching: %llu (expect >= 2)\n",
+              static_cast<unsigned long long>(counter->count()));
+  rep.add({"executor", "launch-probe/reattached-counts", "graph", "alloc_calls", static_cast<double>(counter->count())});
+  counter->detach();
+}
+
+enum class Lead { none, copy_node, pull_kernel };
+
+const char* lead_name(Lead l) {
+  switch (l) {
+    case Lead::none: return "none";
+    case Lead::copy_node: return "copy";
+    default: return "pull";
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_copy_kernel(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) noexcept {
+  int sms = 0;
+  const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  if (e != cudaSuccess) return e;
+  copy_kernel<<<static_cast<unsigned>(sms * 4), 512, 0, stream>>>(static_cast<uint4*>(dst),
+                                                                   static_cast<const uint4*>(src), bytes / 16);
+  return cudaGetLastError();
+}
+
+void run_launch_probe(Reporter& rep) {
+  constexpr int kWords = 9 * 1024;  // 36 KiB, about the default program's staging block
+  memory::Stream stream;
+  memory::PinnedBuffer staging(kWords * 4);
+  memory::DeviceBuffer meta(kWords * 4);
+  memory::Event done;
+  for (int w = 0; w < kWords; ++w) static_cast<std::int32_t*>(staging.data())[w] = w;
+  for (Lead lead : {Lead::none, Lead::copy_node, Lead::pull_kernel}) {
+    for (int kernels : {1, 8, 40}) {
+      graphs::GraphExec exec = [&] {
+        graphs::CaptureGuard guard(stream.get());
+        if (lead == Lead::copy_node) {
+          SPG_CUDA_TRY(cudaMemcpyAsync(meta.data(), staging.data(), kWords * 4, cudaMemcpyHostToDevice, stream.get()));
+        } else if (lead == Lead::pull_kernel) {
+          pull_kernel<<<8, 256, 0, stream.get()>>>(static_cast<const std::int32_t*>(staging.data()),
+                                                   static_cast<std::int32_t*>(meta.data()), kWords);
+        }
+        for (int k = 0; k < kernels; ++k) empty_kernel<<<1, 32, 0, stream.get()>>>(nullptr);
+        SPG_CUDA_TRY(cudaGetLastError());
+        return graphs::GraphExec::instantiate(guard.finish(), stream.get());
+      }();
+      std::vector<double> launch_us;
+      std::vector<double> record_us;
+      for (int i = 0; i < 220; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        SPG_CUDA_TRY(exec.launch(stream.get()));
+        const auto t1 = std::chrono::steady_clock::now();
+        SPG_CUDA_TRY(cudaEventRecord(done.get(), stream.get()));
+        const auto t2 = std::chrono::steady_clock::now();
+        SPG_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+        if (i < 20) continue;
+        launch_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        record_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+      }
+      const std::string name = std::string("launch-probe/") + lead_name(lead) + "/" + std::to_string(kernels) + " kernels";
+      rep.add({"executor", name, "graph", "host_launch_us", median(launch_us)});
+      rep.add({"executor", name, "graph", "host_record_us", median(record_us)});
+      std::printf("  %-34s cudaGraphLaunch %.2f us, event record %.2f us\n", name.c_str(), median(launch_us),
+                  median(record_us));
+    }
+  }
+  run_indirect_launch_probe(rep, stream.get());
+  run_cupti_probe(rep, stream.get());
+}
+
+}  // namespace spg::bench

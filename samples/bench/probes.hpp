@@ -1,0 +1,23 @@
+// Probes that give the benchmark tables their scale: the host cost of cudaGraphLaunch by graph
+// shape (behind the executor's host time per step, table B) and a plain copy kernel (behind the
+// gather's bandwidth, table C).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "samples/bench/report.hpp"
+
+namespace spg::bench {
+
+/// Records suite "executor", name "launch-probe/<lead>/<K> kernels", metrics host_launch_us and
+/// host_record_us (medians of single launches on an idle device).
+/// Straight-line graphs of K empty kernels, led by nothing, by a pinned-to-device copy node, or
+/// by a kernel that reads the pinned block itself.
+void run_launch_probe(Reporter& reporter);
+
+/// Launches a 16-byte-per-access grid-stride copy of `bytes` (a multiple of 16) on `stream`.
+cudaError_t launch_copy_kernel(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) noexcept;
+
+}  // namespace spg::bench
