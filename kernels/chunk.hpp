@@ -17,7 +17,9 @@ struct ChunkScalars {
   std::int32_t n_rows;        ///< N = max_b(seq_len_b / r), 0 for r = 1
   std::int32_t m_rows;        ///< M: kv workspace rows per request, >= N + max_b(gather_len_b)
   std::int32_t new_rows;      ///< compressed rows this chunk completes (insert stage), 0 for r = 1
-  std::int32_t reserved[3];   ///< keeps the struct 32 bytes
+  std::int32_t derive_slots;  ///< r = 1 only: nonzero when the SWA insert derives each token's slot
+                              ///< from the SWA block table instead of reading the slot list
+  std::int32_t reserved[2];   ///< keeps the struct 32 bytes
 };
 static_assert(sizeof(ChunkScalars) == 32);
 

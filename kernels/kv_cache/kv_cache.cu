@@ -62,13 +62,38 @@ void KvInsert::can_implement(const KvInsertArgs& a) {
   check_layout(a.layout, "layout");
   check_cache(a.cache, "cache");
   SPG_EXPECTS(a.status != nullptr, "status is null");
+  if (a.derive != nullptr) {
+    SPG_EXPECTS(a.block_table != nullptr, "block_table is null (derive is set)");
+    SPG_EXPECTS(a.block_table_stride >= 1, "block_table_stride = " << a.block_table_stride << " must be at least 1");
+    SPG_EXPECTS(a.query_start_loc != nullptr && a.seq_lens != nullptr && a.num_requests != nullptr,
+                "query_start_loc, seq_lens and num_requests must not be null (derive is set)");
+    SPG_EXPECTS(a.requests_bucket >= 1 && a.requests_bucket <= kMaxRequestsBucket,
+                "requests_bucket = " << a.requests_bucket << " must be in [1, " << kMaxRequestsBucket << "]");
+    SPG_EXPECTS(a.compress_ratio == 1 || a.compress_ratio == 4 || a.compress_ratio == 128,
+                "compress_ratio = " << a.compress_ratio << " must be 1, 4 or 128 (derive is set)");
+  }
 }
 
 std::size_t KvInsert::workspace_bytes(const KvInsertArgs& /*args*/) noexcept { return 0; }
 
 cudaError_t KvInsert::run(const KvInsertArgs& a, void* /*workspace*/, cudaStream_t stream) noexcept {
-  const detail::InsertParams p{a.rows,        a.slot_mapping,        a.num_rows,           a.rows_bucket, a.cache,
-                               a.layout.block_stride, a.layout.block_size, a.layout.num_blocks, a.status};
+  const detail::InsertParams p{a.rows,
+                               a.slot_mapping,
+                               a.num_rows,
+                               a.rows_bucket,
+                               a.cache,
+                               a.layout.block_stride,
+                               a.layout.block_size,
+                               a.layout.num_blocks,
+                               a.status,
+                               a.derive,
+                               a.compress_ratio,
+                               a.block_table,
+                               a.block_table_stride,
+                               a.query_start_loc,
+                               a.seq_lens,
+                               a.num_requests,
+                               a.requests_bucket};
   constexpr int rows_per_cta = detail::kInsertThreads / detail::kWarpSize;
   const int grid = (a.rows_bucket + rows_per_cta - 1) / rows_per_cta;
   detail::kv_insert_kernel<<<grid, detail::kInsertThreads, 0, stream>>>(p);

@@ -63,6 +63,16 @@ struct CacheLayout {
 ///
 /// `rows` and `slot_mapping` must hold rows_bucket entries: the kernel loads them for every row
 /// of the bucket alongside *num_rows (padding rows are read, never written anywhere).
+///
+/// Derived slots (optional): when `derive` is set and `*derive` is nonzero, the slots come from
+/// the block table instead of `slot_mapping`. With ratio r (1: the SWA cache, its rows are the
+/// chunk's tokens; 4 or 128: a compressed cache, its rows the compressed rows the chunk completes),
+/// request b (b < *num_requests, query_len_b from query_start_loc) owns the next
+/// floor(seq_len_b / r) - floor((seq_len_b - query_len_b) / r) rows of the launch, in request
+/// order, and its k-th row is cache row p = floor((seq_len_b - query_len_b) / r) + k at slot
+/// block_table[b][p / block_size] * block_size + p % block_size. A request whose rows run past the
+/// table's width is skipped and counted once (Fault::seq_len); a row whose block id lies outside
+/// the cache is skipped and counted (Fault::block_id).
 struct KvInsertArgs {
   const __nv_bfloat16* rows{nullptr};
   const std::int32_t* slot_mapping{nullptr};  ///< [rows_bucket]
@@ -71,11 +81,22 @@ struct KvInsertArgs {
   std::uint8_t* cache{nullptr};
   CacheLayout layout{};
   StepStatus* status{nullptr};
+  // Derived slots: all null (and requests_bucket 0) when the op always reads slot_mapping.
+  const std::int32_t* derive{nullptr};        ///< device scalar flag
+  int compress_ratio{1};                      ///< r of the cache: 1, 4 or 128
+  const std::int32_t* block_table{nullptr};   ///< [requests_bucket, block_table_stride]
+  int block_table_stride{0};
+  const std::int32_t* query_start_loc{nullptr};  ///< [requests_bucket + 1]
+  const std::int32_t* seq_lens{nullptr};         ///< [requests_bucket]
+  const std::int32_t* num_requests{nullptr};     ///< device scalar
+  int requests_bucket{0};
 };
 
 struct KvInsert {
   /// @throws InvalidArgument naming the first argument out of bounds (null or misaligned pointer,
-  ///         rows_bucket <= 0, bad layout).
+  ///         rows_bucket <= 0, bad layout; with `derive`: a null block table, query_start_loc,
+  ///         seq_lens or num_requests, block_table_stride < 1, requests_bucket outside
+  ///         [1, kMaxRequestsBucket], compress_ratio not 1, 4 or 128).
   static void can_implement(const KvInsertArgs& args);
   static std::size_t workspace_bytes(const KvInsertArgs& args) noexcept;
   /// Launches the kernel; allocates and syncs nothing. Returns cudaGetLastError() after the launch.

@@ -50,6 +50,15 @@ struct InsertParams {
   int block_size;
   int num_blocks;
   StepStatus* status;
+  // Derived slots (KvInsertArgs): derive null means slot_mapping always.
+  const std::int32_t* derive;
+  int compress_ratio;
+  const std::int32_t* block_table;
+  int block_table_stride;
+  const std::int32_t* query_start_loc;
+  const std::int32_t* seq_lens;
+  const std::int32_t* num_requests;
+  int requests_bucket;
 };
 
 struct GatherParams {
@@ -101,9 +110,70 @@ __device__ __forceinline__ uint4 quantize16(uint4 v0, uint4 v1, float inv_scale)
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+/// Derived slots: the slot of insert row `row` from the block table (KvInsertArgs), or -1 after
+/// counting why it is skipped. Request b owns rows [s_start[b], s_start[b + 1]); its first row is
+/// cache row s_first[b]; s_ok[b] is false when its rows run past the table's width.
+__device__ __forceinline__ int derive_slot(const InsertParams& p, int row, int num_requests, const int* s_start,
+                                           const int* s_first, const bool* s_ok, bool lane0) {
+  if (row >= s_start[num_requests]) return -1;  // past the rows the lengths account for
+  int lo = 0;
+  int hi = num_requests;
+  while (hi - lo > 1) {  // the last request whose first row is <= row
+    const int mid = (lo + hi) / 2;
+    if (s_start[mid] <= row) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int b = lo;
+  if (!s_ok[b]) {
+    if (lane0 && row == s_start[b]) record_fault(p.status, Fault::seq_len, 1, b, s_first[b], row);
+    return -1;
+  }
+  const int pos = s_first[b] + (row - s_start[b]);
+  const int block = __ldg(p.block_table + std::int64_t{b} * p.block_table_stride + pos / p.block_size);
+  if (block < 0 || block >= p.num_blocks) {
+    if (lane0) record_fault(p.status, Fault::block_id, 1, b, pos, block);
+    return -1;
+  }
+  return block * p.block_size + pos % p.block_size;
+}
+
 __global__ void __launch_bounds__(kInsertThreads) kv_insert_kernel(InsertParams p) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int row = static_cast<int>(blockIdx.x) * (kInsertThreads / kWarpSize) + static_cast<int>(threadIdx.x) / kWarpSize;
+  __shared__ int s_start[kMaxRequestsBucket + 1];
+  __shared__ int s_first[kMaxRequestsBucket];
+  __shared__ bool s_ok[kMaxRequestsBucket];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % kWarpSize;
+  const int row = static_cast<int>(blockIdx.x) * (kInsertThreads / kWarpSize) + tid / kWarpSize;
+  // Derived slots (the flag is the same for all threads): request b completes the cache rows
+  // floor((seq - q) / r) .. floor(seq / r) - 1, rows of the launch in request order.
+  const bool derive = p.derive != nullptr && __ldg(p.derive) != 0;
+  int num_requests = 0;
+  if (derive) {
+    num_requests = __ldg(p.num_requests);
+    if (tid == 0 && num_requests >= 0 && num_requests <= p.requests_bucket) {
+      int start = 0;
+      int q_begin = __ldg(p.query_start_loc);
+      for (int b = 0; b < num_requests; ++b) {
+        const int q_end = __ldg(p.query_start_loc + b + 1);
+        const int q = q_end - q_begin;
+        q_begin = q_end;
+        const int seq = __ldg(p.seq_lens + b);
+        const bool fits = q >= 0 && seq >= q;
+        const int first = fits ? (seq - q) / p.compress_ratio : 0;
+        // Lengths that do not fit skip the request; for r = 1 its rows are still its tokens.
+        const int count = fits ? seq / p.compress_ratio - first : (p.compress_ratio == 1 ? max(q, 0) : 0);
+        s_start[b] = start;
+        s_first[b] = first;
+        s_ok[b] = fits && (count == 0 || (first + count - 1) / p.block_size < p.block_table_stride);
+        start += count;
+      }
+      s_start[num_requests] = start;
+    }
+    __syncthreads();
+  }
   if (row >= p.rows_bucket) return;
   // The row's values are in bounds for any row of the bucket: load them alongside the count and
   // the slot rather than after them.
@@ -111,12 +181,17 @@ __global__ void __launch_bounds__(kInsertThreads) kv_insert_kernel(InsertParams 
   const uint4 v0 = __ldg(src);
   const uint4 v1 = __ldg(src + 1);
   const int n = __ldg(p.num_rows);
-  const int slot = __ldg(p.slot_mapping + row);
-  if (n < 0 || n > p.rows_bucket) {
-    if (row == 0 && lane == 0) record_fault(p.status, Fault::scalars, 1, -1, -1, n);
+  int slot = derive ? -1 : __ldg(p.slot_mapping + row);
+  const bool requests_ok = !derive || (num_requests >= 0 && num_requests <= p.requests_bucket);
+  if (n < 0 || n > p.rows_bucket || !requests_ok) {
+    if (row == 0 && lane == 0) record_fault(p.status, Fault::scalars, 1, -1, -1, requests_ok ? n : num_requests);
     return;
   }
   if (row >= n) return;
+  if (derive) {
+    if (num_requests == 0) return;
+    slot = derive_slot(p, row, num_requests, s_start, s_first, s_ok, lane == 0);
+  }
   if (slot == -1) return;
   if (slot < -1 || std::int64_t{slot} >= std::int64_t{p.num_blocks} * p.block_size) {
     if (lane == 0) record_fault(p.status, Fault::slot, 1, -1, row, slot);

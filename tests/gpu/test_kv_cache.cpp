@@ -3,7 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "gpu/kernels_test_util.hpp"
 #include "kernels/kv_cache/kv_cache.hpp"
 #include "kernels/reference/kv_cache_reference.hpp"
+#include "kernels/reference/pipeline_reference.hpp"
 #include "kernels/step_status.hpp"
 #include "memory/error.hpp"
 #include "memory/resources.hpp"
@@ -268,6 +271,111 @@ TEST_CASE("insert skips and counts slots outside the cache and leaves its guards
 
 TEST_CASE("insert with num_rows past rows_bucket writes nothing and counts a scalars fault", "[gpu][kv_cache]") {
   run_insert_case(64, 3, 19, 20, 19, 0);
+}
+
+TEST_CASE("insert derives SWA slots from the block table exactly as the explicit slot list", "[gpu][kv_cache]") {
+  // Three requests of a 4-request bucket: a long prefix, a fresh prompt, and one whose table rows
+  // hold a block id outside the cache (its rows are counted and skipped); the padded request
+  // has a table row past what its length needs.
+  std::mt19937 rng(20261130);
+  const int block = 16;
+  const CacheLayout layout = CacheLayout::make(block, 40);
+  const int stride = 5;  // table width: 80 positions
+  const std::vector<int> query_lens = {20, 37, 15};
+  const std::vector<int> seq_lens = {50, 37, 75};
+  const int r_bucket = 4;
+  const reference::HostChunk c = reference::make_host_chunk(query_lens, seq_lens, 1, 128, r_bucket);
+  const int tokens = c.scalars.num_tokens;
+  const int rows_bucket = 80;
+  std::vector<std::int32_t> table(std::size_t(r_bucket) * stride);
+  std::vector<std::int32_t> ids(40);
+  for (int i = 0; i < 40; ++i) ids[std::size_t(i)] = i;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = ids[i];
+  table[2 * stride + 4] = 40;  // request 2, positions 64..79: outside the cache
+
+  // The explicit list the derivation must reproduce, -1 where it must skip.
+  std::vector<std::int32_t> slots(std::size_t(rows_bucket), -1);
+  int bad_rows = 0;
+  for (int b = 0; b < 3; ++b) {
+    for (int i = 0; i < query_lens[std::size_t(b)]; ++i) {
+      const int pos = seq_lens[std::size_t(b)] - query_lens[std::size_t(b)] + i;
+      const int id = table[std::size_t(b * stride + pos / block)];
+      const int row = c.query_start_loc[std::size_t(b)] + i;
+      if (id >= layout.num_blocks) {
+        ++bad_rows;
+      } else {
+        slots[std::size_t(row)] = id * block + pos % block;
+      }
+    }
+  }
+  REQUIRE(bad_rows == 75 - 64);
+
+  const std::vector<std::uint8_t> initial = test::random_cache(rng, layout);
+  const std::vector<std::uint16_t> rows = test::random_k_rows(rng, std::size_t(rows_bucket));
+  memory::Stream stream;
+  GuardedArray<std::uint8_t> cache(layout.bytes());
+  GuardedArray<std::uint16_t> rows_d(rows.size());
+  GuardedArray<std::int32_t> table_d(table.size());
+  GuardedArray<std::int32_t> unused_slots(static_cast<std::size_t>(rows_bucket));
+  GuardedArray<std::int32_t> flag(1);
+  GuardedArray<StepStatus> status(1);
+  test::DeviceChunk chunk(r_bucket);
+  chunk.write(c);
+  cache.upload(initial);
+  rows_d.upload(rows);
+  table_d.upload(table);
+  unused_slots.upload(std::vector<std::int32_t>(std::size_t(rows_bucket), std::numeric_limits<std::int32_t>::min()));
+  flag.upload({1});
+
+  const ChunkArrays arrays = chunk.arrays();
+  KvInsertArgs args{reinterpret_cast<const __nv_bfloat16*>(rows_d.get()), unused_slots.get(), &arrays.scalars->num_tokens,
+                    rows_bucket, cache.get(), layout, status.get()};
+  args.derive = flag.get();
+  args.block_table = table_d.get();
+  args.block_table_stride = stride;
+  args.query_start_loc = arrays.query_start_loc;
+  args.seq_lens = arrays.seq_lens;
+  args.num_requests = &arrays.scalars->num_requests;
+  args.requests_bucket = r_bucket;
+  KvInsert::can_implement(args);
+  SPG_CUDA_TRY(reset(status.get(), stream.get()));
+  SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
+  stream.synchronize();
+
+  std::vector<std::uint8_t> want = initial;
+  reference::FaultLog log;
+  reference::kv_insert(rows.data(), slots.data(), tokens, rows_bucket, want.data(), layout, log);
+  const std::string diff = test::first_mismatch(cache.download(), want, kKvRowBytes, "cache bytes");
+  INFO(diff);
+  CHECK(diff.empty());
+  CHECK(log.counts == std::array<std::uint32_t, kFaultKinds>{});
+  const std::vector<StepStatus> st = status.download();
+  CHECK(st[0].count(Fault::block_id) == std::uint32_t(bad_rows));
+  CHECK(st[0].total() == std::uint64_t(bad_rows));
+  CHECK(st[0].first.kind == static_cast<std::int32_t>(Fault::block_id));
+  CHECK(st[0].first.value == 40);
+
+  // The flag cleared: the same launch reads the slot list (here all skipped), so nothing changes.
+  const std::vector<std::uint8_t> before = cache.download();
+  unused_slots.upload(std::vector<std::int32_t>(std::size_t(rows_bucket), -1));
+  flag.upload({0});
+  SPG_CUDA_TRY(reset(status.get(), stream.get()));
+  SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
+  stream.synchronize();
+  CHECK(cache.download() == before);
+  CHECK(status.download()[0].total() == 0);
+
+  // A request whose positions run past the table's width: counted once, none of its rows written.
+  const std::vector<int> long_seq = {50, 37, 81};
+  chunk.write(reference::make_host_chunk(query_lens, long_seq, 1, 128, r_bucket));
+  flag.upload({1});
+  SPG_CUDA_TRY(reset(status.get(), stream.get()));
+  SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
+  stream.synchronize();
+  const std::vector<StepStatus> st2 = status.download();
+  CHECK(st2[0].count(Fault::seq_len) == 1);
+  CHECK(st2[0].count(Fault::block_id) == 0);
 }
 
 TEST_CASE("insert rounds e4m3 midpoints to even as the reference does", "[gpu][kv_cache]") {
