@@ -26,9 +26,14 @@ struct RequestInput {
 /// @brief One chunk: up to R requests, their tokens laid out request after request.
 struct ChunkInput {
   std::span<const RequestInput> requests;
-  /// Insert stage only: the SWA cache slot of each new token (one per token, -1 to skip).
+  /// Insert stage only: the SWA cache slot of each new token (one per token, -1 to skip). Empty
+  /// (with every compressed_slots list empty too): the device derives every slot from the block
+  /// tables, the SWA slot of position p as swa_blocks[p / swa_block_size] * swa_block_size +
+  /// p % swa_block_size and a compressed row's likewise, which spares the host all per-token copies
+  /// (docs/pipeline.md, "Per-chunk inputs").
   std::span<const std::int32_t> swa_slots;
-  /// Insert stage only, per ratio: the slot of each compressed row the chunk completes.
+  /// Insert stage only, per ratio: the slot of each compressed row the chunk completes, in request
+  /// order; empty when swa_slots is (derived slots).
   std::span<const std::int32_t> compressed_slots[memory::kNumRatios];
 
   [[nodiscard]] int num_tokens() const noexcept {

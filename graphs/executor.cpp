@@ -189,15 +189,25 @@ RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int buck
     }
   }
   if (tokens > config_.max_tokens) return RunStatus::no_bucket;
+  // No slot lists: the inserts derive every slot from the block tables on the device.
+  const bool derive = chunk.swa_slots.empty();
+  int new_rows[kNumRatios] = {0, 0, 0};
   if (options_.insert && n > 0) {
-    if (chunk.swa_slots.size() != static_cast<std::size_t>(tokens)) return RunStatus::bad_chunk;
+    if (!derive && chunk.swa_slots.size() != static_cast<std::size_t>(tokens)) return RunStatus::bad_chunk;
     for (int i = 1; i < kNumRatios; ++i) {
+      if (!(mask >> i & 1)) continue;
+      if (derive) {
+        if (!chunk.compressed_slots[i].empty()) return RunStatus::bad_chunk;  // both lists or neither
+        for (const RequestInput& r : chunk.requests) {
+          new_rows[i] += r.seq_len / kRatios[i] - (r.seq_len - r.query_len) / kRatios[i];
+        }
+      } else {
+        new_rows[i] = static_cast<int>(chunk.compressed_slots[i].size());
+      }
       // The bucket's insert launch covers min(T_bucket / r + R_bucket, capacity) rows.
       const int rows = std::min(buckets_.t_of(bucket) / kRatios[i] + buckets_.r_of(bucket),
                                 memory::ChunkMetaLayout::compressed_slot_capacity(config_, kRatios[i]));
-      if ((mask >> i & 1) && chunk.compressed_slots[i].size() > static_cast<std::size_t>(rows)) {
-        return RunStatus::bad_chunk;
-      }
+      if (new_rows[i] > rows) return RunStatus::bad_chunk;
     }
   }
 
@@ -216,8 +226,12 @@ RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int buck
     w[meta_.gather_lens + b] = gather;
     max_gather = std::max(max_gather, gather);
     if (!real) continue;
-    const std::size_t swa_need = static_cast<std::size_t>((seq + swa_bs - 1) / swa_bs);
-    std::memcpy(w + meta_.swa_block_table + b * meta_.swa_table_width, r->swa_blocks.data(), swa_need * 4);
+    // Only the SWA blocks of the window positions [seq - gather, seq) are ever read (the gather's
+    // window and the insert's new tokens): the rest of the row is left as it was.
+    const std::size_t swa_first = static_cast<std::size_t>((seq - gather) / swa_bs);
+    const std::size_t swa_end = static_cast<std::size_t>((seq + swa_bs - 1) / swa_bs);
+    std::memcpy(w + meta_.swa_block_table + b * meta_.swa_table_width + swa_first, r->swa_blocks.data() + swa_first,
+                (swa_end - swa_first) * 4);
     for (int i = 1; i < kNumRatios; ++i) {
       if (!(mask >> i & 1)) continue;
       const std::size_t need = compressed_blocks_needed(seq, kRatios[i], ctok);
@@ -234,9 +248,10 @@ RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int buck
     sc->num_tokens = tokens;
     sc->n_rows = n_rows;
     sc->m_rows = n_rows + max_gather;
-    sc->new_rows = (options_.insert && i > 0 && (mask >> i & 1)) ? static_cast<int>(chunk.compressed_slots[i].size()) : 0;
+    sc->new_rows = options_.insert ? new_rows[i] : 0;
+    sc->derive_slots = derive ? 1 : 0;
   }
-  if (options_.insert && n > 0) {
+  if (options_.insert && n > 0 && !derive) {
     std::memcpy(w + meta_.swa_slots, chunk.swa_slots.data(), chunk.swa_slots.size_bytes());
     for (int i = 1; i < kNumRatios; ++i) {
       if ((mask >> i & 1) && !chunk.compressed_slots[i].empty()) {

@@ -86,6 +86,18 @@ Pipeline::Pipeline(const PipelineConfig& config, const memory::BufferPool& pool,
       launch.swa_insert = kernels::KvInsertArgs{
           pool.span<__nv_bfloat16>(slot("k_rows"), std::size_t{1} * t_bucket * memory::kHeadDim).data(),
           words + meta.swa_slots, &scalars[0].num_tokens, t_bucket, swa_cache, swa_layout, status_};
+      // A chunk given without slots has them derived from its block tables on the device.
+      auto derive_from = [&](kernels::KvInsertArgs& ins, int ratio, const std::int32_t* table, int stride) {
+        ins.derive = &scalars[memory::ratio_index(ratio)].derive_slots;
+        ins.compress_ratio = ratio;
+        ins.block_table = table;
+        ins.block_table_stride = stride;
+        ins.query_start_loc = words + meta.query_start_loc;
+        ins.seq_lens = words + meta.seq_lens;
+        ins.num_requests = &scalars[memory::ratio_index(ratio)].num_requests;
+        ins.requests_bucket = r_bucket;
+      };
+      derive_from(launch.swa_insert, 1, words + meta.swa_block_table, meta.swa_table_width);
       kernels::KvInsert::can_implement(launch.swa_insert);
       if (r > 1) {
         const int rows = std::min(t_bucket / r + r_bucket, ChunkMetaLayout::compressed_slot_capacity(config, r));
@@ -93,6 +105,7 @@ Pipeline::Pipeline(const PipelineConfig& config, const memory::BufferPool& pool,
         launch.compressed_insert = kernels::KvInsertArgs{
             pool.span<__nv_bfloat16>(slot("compressed_k_rows"), std::size_t{1} * rows * memory::kHeadDim).data(),
             words + meta.compressed_slots[ri], &scalars[ri].new_rows, rows, c_cache, c_layout, status_};
+        derive_from(launch.compressed_insert, r, words + meta.compressed_block_table[ri], meta.compressed_table_width);
         kernels::KvInsert::can_implement(launch.compressed_insert);
       }
     }

@@ -6,11 +6,14 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "common/catch.hpp"
 #include "executor_test_util.hpp"
 #include "graphs/executor.hpp"
 #include "graphs/graph.hpp"
+#include "kernels/kv_cache/kv_cache.hpp"
 #include "memory/allocation_counter.hpp"
 
 using namespace spg;
@@ -80,6 +83,73 @@ TEST_CASE("graph replay equals eager launches bit for bit and the reference, for
                                       "layer " + std::to_string(l));
       }
     }
+  }
+}
+
+TEST_CASE("a chunk without slot lists has its slots derived on the device: same caches and outputs", "[gpu][executor]") {
+  graphs::Executor ex(test::small_program(), options(true));
+  ex.warmup();
+  World world(ex, 777);
+  const std::vector<int> layers = ex.program_layers(0);
+  const auto& cfg = ex.config();
+  // Every cache of the program: (pool slot, bytes).
+  std::vector<std::pair<std::string, std::size_t>> caches;
+  for (int l : layers) {
+    const auto li = static_cast<std::size_t>(l);
+    caches.emplace_back(memory::slots::layer_slot(li, "swa_cache"),
+                        kernels::CacheLayout::make(cfg.cache.swa_block_size, cfg.cache.swa_blocks).bytes());
+    const int r = cfg.layers[li].compress_ratio;
+    if (r > 1) {
+      caches.emplace_back(memory::slots::layer_slot(li, "compressed_cache"),
+                          kernels::CacheLayout::make(cfg.cache.block_tokens / r, cfg.cache.compressed_blocks).bytes());
+    }
+  }
+  auto snapshot = [&] {
+    ex.synchronize();
+    std::vector<std::vector<std::uint8_t>> bytes;
+    for (const auto& [name, size] : caches) {
+      bytes.emplace_back(size);
+      SPG_CUDA_TRY(cudaMemcpy(bytes.back().data(), ex.pool().bytes(name, size), size, cudaMemcpyDeviceToHost));
+    }
+    return bytes;
+  };
+  for (const auto& [n, tokens] : {std::pair{1, 16}, std::pair{3, 45}, std::pair{4, 64}}) {
+    INFO(n << " requests, " << tokens << " tokens");
+    const ChunkData c = world.random_chunk(n, tokens);
+    world.randomize_topk(c);
+    const auto before = snapshot();
+    require_ok(ex.run(c.input()));  // the slot lists
+    const int t_bucket = ex.buckets().t_of(ex.buckets().lookup(n, tokens));
+    std::vector<LayerOutputs> listed;
+    for (int l : layers) listed.push_back(test::read_outputs(ex, static_cast<std::size_t>(l), t_bucket));
+    const auto listed_caches = snapshot();
+    for (std::size_t i = 0; i < caches.size(); ++i) {
+      INFO("cache " << caches[i].first);
+      CHECK(listed_caches[i] != before[i]);  // the step wrote rows into every cache
+      SPG_CUDA_TRY(cudaMemcpy(ex.pool().bytes(caches[i].first, caches[i].second), before[i].data(), caches[i].second,
+                              cudaMemcpyHostToDevice));  // undo the insert
+    }
+    SPG_CUDA_TRY(cudaDeviceSynchronize());
+    graphs::ChunkInput derived = c.input();
+    derived.swa_slots = {};
+    for (auto& slots : derived.compressed_slots) slots = {};
+    require_ok(ex.run(derived));
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      CHECK(test::read_outputs(ex, static_cast<std::size_t>(layers[i]), t_bucket) == listed[i]);
+    }
+    const auto derived_caches = snapshot();
+    for (std::size_t i = 0; i < caches.size(); ++i) {
+      INFO("cache " << caches[i].first);
+      CHECK(derived_caches[i] == listed_caches[i]);
+    }
+    CHECK(ex.read_status().total() == 0);
+    // One list without the other is refused before anything is written.
+    graphs::ChunkInput one_list = c.input();
+    one_list.swa_slots = {};
+    if (!one_list.compressed_slots[1].empty() || !one_list.compressed_slots[2].empty()) {
+      CHECK(ex.run(one_list).status == graphs::RunStatus::bad_chunk);
+    }
+    world.apply_insert(c, layers);
   }
 }
 
