@@ -3,6 +3,7 @@
 # cross-check, then the benchmarks. Full logs and JSON go to $OUT; a short table is printed last.
 # Usage, from the repository root on the GPU machine: scripts/h200_run.sh BIN_DIR [quick|full] [STEPS]
 # (BIN_DIR holds spgraph_gpu_tests, serve_loop and bench built for sm_90a, and COMMIT).
+# Environment: BENCH_TABLES (default ABCD) picks bench's tables; SKIP_PEER=1 skips the PyTorch peer.
 set -uo pipefail
 bin=${1:?usage: scripts/h200_run.sh BIN_DIR [quick|full]}
 mode=${2:-quick}
@@ -27,7 +28,7 @@ timeout 300 tests/serve_loop_test.sh "$bin/serve_loop" >"$out/serve_test.log" 2>
 echo "serve_loop_test exit $?"
 grep -E "verified|checksum|allocation|serve_loop_test" "$out/serve_test.log" | tail -8
 
-if [ -f scripts/torch_peer.py ]; then
+if [ -f scripts/torch_peer.py ] && [ "${SKIP_PEER:-0}" != 1 ]; then
   echo "== PyTorch peer: self-test, then cross-check on the small workload"
   timeout 120 python3 scripts/torch_peer.py --selftest >"$out/peer_selftest.log" 2>&1
   echo "torch_peer --selftest exit $?"
@@ -39,19 +40,26 @@ if [ -f scripts/torch_peer.py ]; then
   tail -8 "$out/peer_check.log"
 fi
 
-echo "== serving loop, $steps steps each mode"
+echo "== serving loop, $steps steps each mode, allocation calls counted (CUPTI attached)"
 for m in graph eager; do
   timeout 400 "$bin/serve_loop" --steps "$steps" --budget 2048 --mode $m --no-progress --json "$out/serve_$m.json" \
     >"$out/serve_$m.log" 2>&1
   echo "serve_loop $m exit $?"
   sed -n '/report/,$p' "$out/serve_$m.log"
 done
+echo "== serving loop, 2000 steps each mode, host times without CUPTI (--no-alloc-count)"
+for m in graph eager; do
+  timeout 200 "$bin/serve_loop" --steps 2000 --budget 2048 --mode $m --no-alloc-count --no-progress \
+    --json "$out/serve_${m}_host.json" >"$out/serve_${m}_host.log" 2>&1
+  echo "serve_loop $m --no-alloc-count exit $?"
+  grep -E "host time per chunk|tokens/s" "$out/serve_${m}_host.log"
+done
 
 echo "== benchmarks ($mode)"
 quick=$([ "$mode" = quick ] && echo --quick)
-timeout 420 "$bin/bench" $quick --json "$out/bench.json" >"$out/bench.log" 2>&1
+timeout 420 "$bin/bench" $quick --tables "${BENCH_TABLES:-ABCD}" --json "$out/bench.json" >"$out/bench.log" 2>&1
 echo "bench exit $?"
-if [ -f scripts/torch_peer.py ]; then
+if [ -f scripts/torch_peer.py ] && [ "${SKIP_PEER:-0}" != 1 ]; then
   timeout 300 python3 scripts/torch_peer.py --bench $quick --json "$out/peer.json" >"$out/peer_bench.log" 2>&1
   echo "torch_peer --bench exit $?"
 fi

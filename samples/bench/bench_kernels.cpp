@@ -356,6 +356,24 @@ void measure_cache_kernels(Reporter& reporter, const ClockWarmer& warmer, cudaSt
     reporter.add(Record{"ceilings", "copy-70MB", "copy-kernel", "gbps", 2.0 * half / (t.single_us * 1e-6) / kGB});
     reporter.add(Record{"ceilings", "copy-70MB", "copy-kernel-back-to-back", "gbps",
                         2.0 * half / (t.back_to_back_us * 1e-6) / kGB});
+    // The gather's 36/64 read/write mix over the same rows, without block tables or dequantization.
+    const int rows = static_cast<int>(bytes / (576.0 + 1024.0));
+    std::vector<DeviceBuffer> row_src;
+    std::vector<DeviceBuffer> row_dst;
+    for (int i = 0; i < kSets; ++i) {
+      row_src.emplace_back(std::size_t{576} * rows);
+      row_dst.emplace_back(std::size_t{1024} * rows);
+      SPG_CUDA_TRY(cudaMemset(row_src.back().data(), 0x3C, std::size_t{576} * rows));
+    }
+    SPG_CUDA_TRY(cudaDeviceSynchronize());
+    t = time_launches(warmer, stream, kSets, [&](int set) {
+      SPG_CUDA_TRY(launch_stream_rows_kernel(row_dst[std::size_t(set)].data(), row_src[std::size_t(set)].data(), rows,
+                                             stream));
+    });
+    const double row_bytes = 1600.0 * rows;
+    reporter.add(Record{"ceilings", "rows-576-to-1024-70MB", "stream-kernel", "gbps", row_bytes / (t.single_us * 1e-6) / kGB});
+    reporter.add(Record{"ceilings", "rows-576-to-1024-70MB", "stream-kernel-back-to-back", "gbps",
+                        row_bytes / (t.back_to_back_us * 1e-6) / kGB});
   }
 
   // Insert: this step's 4 x 2048 new K rows into the SWA cache at their positions, rotating over

@@ -17,6 +17,10 @@ namespace spg::bench {
 /// by a kernel that reads the pinned block itself.
 void run_launch_probe(Reporter& reporter);
 
+/// Launches a kernel that reads `rows` rows of 576 bytes from `src` and writes `rows` rows of 1024
+/// bytes to `dst`: the gather's read/write mix with no indirection and no conversion.
+cudaError_t launch_stream_rows_kernel(void* dst, const void* src, int rows, cudaStream_t stream) noexcept;
+
 /// Launches a 16-byte-per-access grid-stride copy of `bytes` (a multiple of 16) on `stream`.
 cudaError_t launch_copy_kernel(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) noexcept;
 
