@@ -137,6 +137,9 @@ Pipeline::Pipeline(const PipelineConfig& config, const memory::BufferPool& pool,
       g.block_table = words + meta.swa_block_table;
       g.block_table_stride = meta.swa_table_width;
     }
+    // The gather resolves its rows while the kernel before it finishes, unless that kernel is the
+    // stage-in, which writes the metadata and block tables the resolution reads.
+    g.overlap_prologue = insert || !layers_.empty();
     kernels::KvGather::can_implement(g);
 
     const int width = l.combined_width();

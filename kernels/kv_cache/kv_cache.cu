@@ -158,7 +158,17 @@ cudaError_t KvGather::run(const KvGatherArgs& a, void* /*workspace*/, cudaStream
   const std::int64_t grid =
       std::max<std::int64_t>(1, std::min<std::int64_t>(std::int64_t{sms} * detail::kGatherCtasPerSm,
                                                        (bound + rows_per_cta_pass - 1) / rows_per_cta_pass));
-  detail::kv_gather_kernel<<<static_cast<unsigned>(grid), detail::kGatherThreads, 0, stream>>>(p);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(detail::kGatherThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = a.overlap_prologue ? 1 : 0;
+  status = cudaLaunchKernelEx(&config, detail::kv_gather_kernel, p);
+  if (status != cudaSuccess) return status;
   return cudaGetLastError();
 }
 

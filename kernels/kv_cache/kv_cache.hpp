@@ -137,6 +137,12 @@ struct KvGatherArgs {
   CacheLayout window_layout{};
   const std::int32_t* window_block_table{nullptr};
   int window_block_table_stride{0};
+  /// Programmatic dependent launch: the kernel may start while the stream's previous kernel
+  /// finishes, resolving its rows (chunk metadata, block tables) meanwhile, and waits for that
+  /// kernel to complete before it reads a cache row or writes `kv`. Set it only when the previous
+  /// kernel writes neither the metadata nor the block tables (in the pipeline: any kernel but the
+  /// stage-in).
+  bool overlap_prologue{false};
 };
 
 struct KvGather {

@@ -74,6 +74,12 @@ struct GatherParams {
   StepStatus* status;
 };
 
+/// Programmatic dependent launch (no-ops for a kernel launched without it): let the stream's next
+/// kernel be scheduled as this grid's CTAs retire; wait until the previous kernel has completed
+/// and its writes are visible.
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
   std::uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -141,6 +147,7 @@ __device__ __forceinline__ int derive_slot(const InsertParams& p, int row, int n
 }
 
 __global__ void __launch_bounds__(kInsertThreads) kv_insert_kernel(InsertParams p) {
+  allow_dependent_launch();  // a gather launched after this kernel may resolve its rows meanwhile
   __shared__ int s_start[kMaxRequestsBucket + 1];
   __shared__ int s_first[kMaxRequestsBucket];
   __shared__ bool s_ok[kMaxRequestsBucket];
@@ -288,6 +295,7 @@ __global__ void __launch_bounds__(kGatherThreads, kGatherCtasPerSm) kv_gather_ke
   __shared__ int s_compressed_rows[kMaxRequestsBucket];
   __shared__ int s_window_start[kMaxRequestsBucket];    // seq_len - gather_len
 
+  allow_dependent_launch();
   const int tid = static_cast<int>(threadIdx.x);
   // The per-request arrays hold requests_bucket entries whatever the step: load them alongside the
   // scalars instead of after them (one memory round trip less before the first row).
@@ -382,6 +390,8 @@ __global__ void __launch_bounds__(kGatherThreads, kGatherCtasPerSm) kv_gather_ke
       }
     }
     const int rows_here = min(kWarpSize, (total - group + warps - 1) / warps);
+    // Rows resolved; from here on the caches are read and kv written (KvGatherArgs::overlap_prologue).
+    wait_for_previous_kernel();
     for (int batch = 0; batch < rows_here; batch += kGatherRowsInFlight) {
       int row_state[kGatherRowsInFlight];
       int row_dst[kGatherRowsInFlight];

@@ -285,6 +285,7 @@ CacheWorkload make_cache_workload(std::mt19937& rng, cudaStream_t stream) {
     a.max_rows_per_request = max_rows;
     a.kv = at<__nv_bfloat16>(set.kv);
     a.status = w.status();
+    a.overlap_prologue = true;  // as in the pipeline: no kernel before it writes the metadata
     if (part == GatherPart::both) {
       a.window_cache = at<const std::uint8_t>(set.swa_cache);
       a.window_layout = w.swa_layout;
