@@ -1,4 +1,5 @@
-// Host side of sparse MLA attention: argument checks, the path choice and the launches
+// Host side of sparse MLA attention: argument checks, the path and kernel choice, and the
+// launches of the wgmma single pass, the mma.sync single pass or the mma.sync split top-k + merge
 // (see sparse_mla.hpp).
 #include "kernels/sparse_mla/sparse_mla.hpp"
 
@@ -8,6 +9,7 @@
 #include <limits>
 
 #include "kernels/sparse_mla/sparse_mla_kernel.cuh"
+#include "kernels/sparse_mla/sparse_mla_wgmma_kernel.cuh"
 #include "memory/error.hpp"
 
 namespace spg::kernels {
@@ -20,16 +22,32 @@ bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cas
 
 std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1) / a * a; }
 
-cudaError_t query_sm_count(int& sms) noexcept {
+struct DeviceInfo {
+  int sms{0};
+  int major{0};
+  int minor{0};
+};
+
+cudaError_t query_device(DeviceInfo& info) noexcept {
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return status;
-  return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  status = cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device);
+  if (status != cudaSuccess) return status;
+  status = cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device);
+  if (status != cudaSuccess) return status;
+  return cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, device);
 }
+
+// The wgmma kernel is built for sm_90a only (wgmma, setmaxnreg).
+bool runs_wgmma(const DeviceInfo& info) noexcept { return info.major == 9 && info.minor == 0; }
 
 // Slices per (token, 64 heads) when the single pass would leave SMs idle: enough CTAs for one
 // wave of one CTA per SM (the kernel's shared memory allows one), never more than the 64-row
 // blocks of the top-k range.
+/// The fewest slices `automatic` splits into (see make_plan).
+constexpr int kMinAutomaticSplits = 4;
+
 int automatic_splits(std::int64_t ctas, int blocks, int sms) noexcept {
   if (ctas >= sms) return 1;
   return static_cast<int>(std::min<std::int64_t>(sms / ctas, blocks));
@@ -42,15 +60,26 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
   int n = 1;
   switch (a.path) {
     case SparseMlaPath::single_pass:
+      plan.kernel = SparseMlaKernel::wgmma_single_pass;
+      break;
+    case SparseMlaPath::single_pass_mma:
+      plan.kernel = SparseMlaKernel::mma_single_pass;
       break;
     case SparseMlaPath::split_topk:
       plan.split = true;
+      plan.kernel = SparseMlaKernel::mma_split_topk;
       n = a.num_splits > 0 ? a.num_splits : std::max(2, automatic_splits(ctas, blocks, sms));
       break;
     case SparseMlaPath::automatic:
     default:
+      // The wgmma single pass runs a block about twice as fast as the mma.sync split kernel, so
+      // splitting pays only when the single pass would leave three quarters of the SMs idle or
+      // more (measured on the H200: h_q 64, s_q 64 runs 28 us single, 38 us split in two; s_q 16
+      // runs 26 us single, 25 us split in eight).
       n = automatic_splits(ctas, blocks, sms);
+      if (n < kMinAutomaticSplits) n = 1;
       plan.split = n > 1;
+      plan.kernel = plan.split ? SparseMlaKernel::mma_split_topk : SparseMlaKernel::wgmma_single_pass;
       break;
   }
   n = std::clamp(n, 1, std::max(blocks, 1));
@@ -72,12 +101,23 @@ std::size_t plan_workspace(const SparseMlaArgs& a, const SparseMlaPlan& plan) no
 }
 
 template <int D>
-cudaError_t launch_attention(const detail::SparseMlaParams& p, unsigned grid, cudaStream_t stream) noexcept {
+cudaError_t launch_mma(const detail::SparseMlaParams& p, unsigned grid, cudaStream_t stream) noexcept {
   constexpr int smem = detail::MlaSmem<D>::kBytes;
   const cudaError_t status =
       cudaFuncSetAttribute(detail::sparse_mla_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (status != cudaSuccess) return status;
   detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// One CTA per (token, 64 heads) on a 1-D grid (can_implement bounds it by 2^31 - 1).
+template <int D>
+cudaError_t launch_wgmma(const detail::SparseMlaParams& p, unsigned grid, cudaStream_t stream) noexcept {
+  constexpr int smem = detail::WgmmaSmem<D>::kAlloc;
+  const cudaError_t status =
+      cudaFuncSetAttribute(detail::sparse_mla_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (status != cudaSuccess) return status;
+  detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -105,11 +145,12 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   SPG_EXPECTS(aligned(a.max_logits, 4) && aligned(a.lse, 4), "max_logits and lse must be 4-byte aligned");
   SPG_EXPECTS(std::isfinite(a.sm_scale), "sm_scale = " << a.sm_scale << " must be finite");
   SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
-                  a.path == SparseMlaPath::split_topk,
+                  a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma,
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
-  const std::int64_t max_splits = a.path == SparseMlaPath::single_pass ? 1 : a.topk / kSparseMlaBlockRows;
+  const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
+  const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
   SPG_EXPECTS(items <= std::numeric_limits<std::int32_t>::max(),
               "s_q = " << a.s_q << " with h_q = " << a.h_q << " and up to " << max_splits
@@ -117,19 +158,26 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
 }
 
 SparseMlaPlan SparseMla::plan(const SparseMlaArgs& args) {
-  int sms = 0;
-  SPG_CUDA_TRY(query_sm_count(sms));
-  return make_plan(args, sms);
+  DeviceInfo info;
+  SPG_CUDA_TRY(query_device(info));
+  const SparseMlaPlan plan = make_plan(args, info.sms);
+  SPG_EXPECTS(plan.kernel != SparseMlaKernel::wgmma_single_pass || runs_wgmma(info),
+              "path = " << static_cast<int>(args.path) << " selects the wgmma single pass, which needs a compute "
+                        << "capability 9.0 device; this one is " << info.major << "." << info.minor
+                        << " (choose path single_pass_mma or split_topk)");
+  return plan;
 }
 
 std::size_t SparseMla::workspace_bytes(const SparseMlaArgs& args) { return plan_workspace(args, plan(args)); }
 
 cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t stream) noexcept {
-  int sms = 0;
-  cudaError_t status = query_sm_count(sms);
+  DeviceInfo info;
+  cudaError_t status = query_device(info);
   if (status != cudaSuccess) return status;
+  const int sms = info.sms;
   const SparseMlaPlan plan = make_plan(a, sms);
   if (plan.split && (workspace == nullptr || !aligned(workspace, kWorkspaceAlign))) return cudaErrorInvalidValue;
+  if (plan.kernel == SparseMlaKernel::wgmma_single_pass && !runs_wgmma(info)) return cudaErrorInvalidDevice;
 
   detail::SparseMlaParams p{};
   p.q = a.q;
@@ -155,11 +203,16 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
     p.part_o = reinterpret_cast<float*>(base);
     p.part_ml = reinterpret_cast<float2*>(base + partial_o_bytes(a, plan));
   }
+  if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
+    p.num_items = a.s_q * (a.h_q / kSparseMlaHeadsPerCta);
+    const auto grid = static_cast<unsigned>(p.num_items);
+    return a.d_qk == 512 ? launch_wgmma<512>(p, grid, stream) : launch_wgmma<576>(p, grid, stream);
+  }
   // Persistent CTAs, one per SM (the shared-memory plan admits one); each walks a stride of items.
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(items, sms));
-  status = a.d_qk == 512 ? launch_attention<512>(p, grid, stream) : launch_attention<576>(p, grid, stream);
+  status = a.d_qk == 512 ? launch_mma<512>(p, grid, stream) : launch_mma<576>(p, grid, stream);
   if (status != cudaSuccess || !plan.split) return status;
 
   detail::SparseMlaMergeParams m{};

@@ -17,17 +17,46 @@ namespace spg::kernels {
 
 /// Width of the value part of a kv row and of an output row.
 inline constexpr int kSparseMlaDv = 512;
-/// Query heads one CTA owns; h_q = 128 runs two CTAs per token.
+/// Query heads one CTA (or one persistent-CTA item) owns; h_q = 128 runs two per token.
 inline constexpr int kSparseMlaHeadsPerCta = 64;
 /// kv rows streamed through shared memory per step; topk must be a multiple of it.
 inline constexpr int kSparseMlaBlockRows = 64;
 
-/// @brief How the top-k range of a token is covered.
+/// @brief How the top-k range of a token is covered, and by which kernel.
+///
+/// `automatic` picks the wgmma single pass, except where one CTA per (token, 64 heads) would leave
+/// three quarters of the SMs or more idle: when CTAs = s_q * (h_q / 64) and
+/// min(SMs / CTAs, topk / 64) >= 4 (integer division; on 132 SMs e.g. s_q 1 or 16 with topk >= 256),
+/// it picks split_topk with that many slices. The choice depends on the static arguments and the
+/// SM count only.
 enum class SparseMlaPath : std::int32_t {
-  automatic = 0,    ///< chosen from the static shape: split_topk when the single pass leaves SMs idle
-  single_pass = 1,  ///< one CTA per (token, 64 heads) walks the whole top-k range
-  split_topk = 2,   ///< CTAs own slices of the top-k range; a second kernel merges their partials
+  automatic = 0,    ///< single_pass, or split_topk when the single pass would leave SMs idle
+  single_pass = 1,  ///< the wgmma single pass (sm_90 only): one CTA per (token, 64 heads)
+  split_topk = 2,   ///< mma.sync CTAs own slices of the top-k range; a second kernel merges them
+  /// The mma.sync single pass: persistent CTAs, each walking (token, 64 heads) items over the
+  /// whole top-k range. Runs on any device the build targets; kept to cross-check the wgmma
+  /// kernel and as its performance baseline.
+  single_pass_mma = 3,
 };
+
+/// @brief The kernel(s) a plan launches.
+enum class SparseMlaKernel : std::int32_t {
+  /// Warp-specialized sm_90a kernel: a producer warpgroup gathers kv rows with cp.async into
+  /// mbarrier-guarded buffers, two consumer warpgroups run Q K^T and P V on wgmma, blocks in pairs.
+  wgmma_single_pass = 0,
+  mma_single_pass = 1,  ///< persistent mma.sync kernel, whole top-k range per item
+  mma_split_topk = 2,   ///< mma.sync partial kernel over top-k slices + merge kernel
+};
+
+/// @brief Short name of a kernel ("wgmma", "mma", "mma-split"), for logs and benchmark tables.
+constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
+  switch (k) {
+    case SparseMlaKernel::wgmma_single_pass: return "wgmma";
+    case SparseMlaKernel::mma_single_pass: return "mma";
+    case SparseMlaKernel::mma_split_topk: return "mma-split";
+  }
+  return "?";
+}
 
 /// @brief Arguments of one sparse MLA call. All pointers are device memory.
 struct SparseMlaArgs {
@@ -59,6 +88,7 @@ struct SparseMlaPlan {
   bool split{false};      ///< true: partial kernel + merge kernel
   int num_splits{1};      ///< top-k slices per (token, 64 heads)
   int blocks_per_split{0};///< 64-row blocks per slice
+  SparseMlaKernel kernel{SparseMlaKernel::wgmma_single_pass};  ///< what run() launches
 };
 
 struct SparseMla {
@@ -71,15 +101,20 @@ struct SparseMla {
 
   /// @brief The plan run() will launch for these arguments on the current device.
   /// @throws CudaError when the device cannot be queried.
+  /// @throws InvalidArgument when the plan's kernel is the wgmma single pass and the current
+  ///         device is not compute capability 9.0 (there is no silent fallback: choose
+  ///         single_pass_mma or split_topk explicitly there).
   static SparseMlaPlan plan(const SparseMlaArgs& args);
 
-  /// @brief Workspace run() needs: the split-top-k partials (fp32), 0 for the single pass.
-  /// @throws CudaError when the device cannot be queried.
+  /// @brief Workspace run() needs: the split-top-k partials (fp32), 0 for the single passes.
+  /// @throws CudaError, InvalidArgument as plan().
   static std::size_t workspace_bytes(const SparseMlaArgs& args);
 
-  /// @brief Launches the kernel(s) on `stream`; allocates, syncs and validates nothing (call
-  ///        can_implement first). `workspace` must hold workspace_bytes(args) bytes, 256-byte
-  ///        aligned. Returns cudaGetLastError() after the launches.
+  /// @brief Launches the kernel(s) of plan(args) on `stream`; allocates, syncs and validates
+  ///        nothing (call can_implement and plan first), so it can be captured. `workspace` must
+  ///        hold workspace_bytes(args) bytes, 256-byte aligned. Returns cudaGetLastError() after
+  ///        the launches, or cudaErrorInvalidDevice without launching when the plan's kernel is
+  ///        the wgmma single pass and the device is not compute capability 9.0.
   static cudaError_t run(const SparseMlaArgs& args, void* workspace, cudaStream_t stream) noexcept;
 };
 

@@ -1,5 +1,7 @@
-// Device code of sparse MLA attention: persistent CTAs, each walking items of (token, 64 heads
-// [, top-k slice]).
+// Device code of the mma.sync sparse MLA attention kernels (SparseMlaKernel::mma_single_pass and
+// mma_split_topk, see sparse_mla.hpp): persistent CTAs, each walking items of (token, 64 heads
+// [, top-k slice]), and the kernel that merges the split-top-k partials. Any sm_80+ device runs
+// them; the wgmma single pass (sparse_mla_wgmma_kernel.cuh) is the sm_90 production path.
 //
 // The CTA keeps an item's 64 query rows in shared memory and streams the token's kv rows through a
 // double-buffered shared-memory stage, 64 rows at a time, gathered with 16-byte cp.async (masked
@@ -21,31 +23,9 @@
 
 #include <cstdint>
 
-namespace spg::kernels::detail {
+#include "kernels/sparse_mla/sparse_mla_device.cuh"
 
-struct SparseMlaParams {
-  const __nv_bfloat16* q;
-  const __nv_bfloat16* kv;
-  std::int64_t kv_row_stride;
-  int s_kv;
-  const std::int32_t* indices;
-  int topk;
-  const std::int32_t* topk_length;
-  const float* attn_sink;
-  const std::int32_t* num_tokens;
-  int s_q;
-  int h_q;
-  float scale_log2;  ///< sm_scale * log2(e)
-  __nv_bfloat16* out;
-  float* max_logits;
-  float* lse;
-  int num_splits;        ///< top-k slices per (token, 64 heads)
-  int blocks_per_split;  ///< 64-row blocks per slice
-  int num_items;         ///< s_q * (h_q / 64) * num_splits
-  bool write_partials;   ///< split path: write unnormalized O, m and l to the workspace
-  float* part_o;         ///< [num_splits, s_q * h_q, 512]
-  float2* part_ml;       ///< [num_splits, s_q * h_q]: (running max in log2 units, sum of exp2)
-};
+namespace spg::kernels::detail {
 
 struct SparseMlaMergeParams {
   const float* part_o;
@@ -61,8 +41,6 @@ struct SparseMlaMergeParams {
 
 inline constexpr int kMlaThreads = 256;
 inline constexpr int kMlaMergeThreads = 256;
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
 
 /// Shared-memory plan for one d_qk. Rows of Q, K and P are stored with 16-byte chunks XOR-swizzled
 /// by (row & 7), so ldmatrix over 8 rows of one column chunk touches 8 distinct bank groups.
@@ -90,19 +68,11 @@ struct MlaSmem {
   static_assert(64 * 1024 <= kStageBytes, "output staging reuses a kv stage");
 };
 
-__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
 __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-__device__ __forceinline__ void named_barrier(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
 
 __device__ __forceinline__ void ldsm_x4(std::uint32_t addr, std::uint32_t& r0, std::uint32_t& r1, std::uint32_t& r2,
                                         std::uint32_t& r3) {
@@ -124,41 +94,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const std::uint32_t*>(&v);
-}
-
-/// Final statistics of one (token, head) from its running max m (log2 units) and sum l:
-/// max_logits, lse (natural log, sink excluded) and the factor that turns the unnormalized
-/// accumulator into out (0 for an empty row or a +inf sink).
-struct RowFinal {
-  float max_logit;
-  float lse;
-  float inv;
-};
-__device__ __forceinline__ RowFinal finalize_row(float m, float l, const float* attn_sink, int head) {
-  RowFinal r;
-  if (l > 0.0f) {
-    r.max_logit = m * kLn2;
-    r.lse = (m + log2f(l)) * kLn2;
-    float denom = l;
-    if (attn_sink != nullptr) denom += exp2f(attn_sink[head] * kLog2e - m);
-    r.inv = 1.0f / denom;
-  } else {
-    r.max_logit = -CUDART_INF_F;
-    r.lse = CUDART_INF_F;
-    r.inv = 0.0f;
-  }
-  return r;
 }
 
 /// One unit of work: 64 heads of one token over one slice of its top-k range.

@@ -104,8 +104,8 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
     }
   });
 
-  std::printf("%-18s %6s %4s %5s %6s %5s %6s %9s %9s %9s %9s %9s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q", "path",
-              "gpu_us", "TFLOP/s", "peer", "ratio", "peer_us");
+  std::printf("%-18s %6s %4s %5s %6s %5s %9s %6s %9s %9s %9s %9s %9s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
+              "kernel", "split", "gpu_us", "TFLOP/s", "peer", "ratio", "peer_us");
   for (const Row& row : table_a()) {
     if (quick && !row.quick) continue;
     const std::size_t q_elems = static_cast<std::size_t>(row.s_q) * row.h_q * row.d_qk;
@@ -152,12 +152,14 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
     const std::string name = std::string(row.label) + "/" + std::to_string(row.s_kv) +
                              (row.s_q != 4096 ? "/sq" + std::to_string(row.s_q) : std::string());
     const bool small = row.s_q != 4096;
-    // Small chunks also time the two forced paths, to show what the automatic choice buys.
+    // Every row also times the mma.sync single pass (the wgmma kernel's baseline); small chunks
+    // also time the wgmma single pass and split top-k, to show what the automatic choice buys.
     std::vector<std::pair<kernels::SparseMlaPath, const char*>> variants = {{kernels::SparseMlaPath::automatic, "spgraph"}};
     if (small) {
       variants.push_back({kernels::SparseMlaPath::single_pass, "spgraph-single-pass"});
       variants.push_back({kernels::SparseMlaPath::split_topk, "spgraph-split-topk"});
     }
+    variants.push_back({kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"});
     for (const auto& [path, variant] : variants) {
       args.path = path;
       const kernels::SparseMlaPlan plan = kernels::SparseMla::plan(args);
@@ -168,11 +170,12 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
       const double tflops = flops / (us * 1e-6) / 1e12;
       reporter.add({"attention", name, variant, "gpu_us", us});
       reporter.add({"attention", name, variant, "tflops", tflops});
+      reporter.add({"attention", name, variant, "kernel", static_cast<double>(static_cast<int>(plan.kernel))});
       char path_s[16];
       std::snprintf(path_s, sizeof path_s, plan.split ? "x%d" : "1", plan.num_splits);
-      std::printf("%-18s %6d %4d %5d %6d %5d %6s %9.1f %9.1f %9.0f %9.2f %9.0f  %s\n", row.label, row.d_qk, row.h_q,
-                  row.topk, row.s_kv, row.s_q, path_s, us, tflops, row.peer_tflops,
-                  row.peer_tflops > 0 ? tflops / row.peer_tflops : 0.0, row.peer_us, variant);
+      std::printf("%-18s %6d %4d %5d %6d %5d %9s %6s %9.1f %9.1f %9.0f %9.2f %9.0f  %s\n", row.label, row.d_qk, row.h_q,
+                  row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(plan.kernel), path_s, us, tflops,
+                  row.peer_tflops, row.peer_tflops > 0 ? tflops / row.peer_tflops : 0.0, row.peer_us, variant);
       std::fflush(stdout);
     }
   }

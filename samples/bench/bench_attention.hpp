@@ -9,9 +9,13 @@
 namespace spg::bench {
 
 /// @brief Times every row of table A (a subset when `quick`) and records, per row, suite
-///        "attention", name "<label>/<s_kv>" (e.g. "V4-C2/32768"), variant "spgraph", metrics
-///        "tflops" and "gpu_us" (medians). FLOPs = 2 * (valid indices) * h_q * (d_qk + 512);
-///        inputs are seeded random values, indices random valid rows.
+///        "attention", name "<label>/<s_kv>" (e.g. "V4-C2/32768"), variant "spgraph" (the
+///        automatic path), "spgraph-single-pass-mma" (the mma.sync single pass) and, on small
+///        chunks, "spgraph-single-pass" (wgmma) and "spgraph-split-topk"; metrics "tflops" and
+///        "gpu_us" (medians) and "kernel", the kernels::SparseMlaKernel value of the plan that ran
+///        (0 wgmma single pass, 1 mma.sync single pass, 2 mma.sync split top-k; the table prints
+///        its name). FLOPs = 2 * (valid indices) * h_q * (d_qk + 512); inputs are seeded random
+///        values, indices random valid rows.
 /// @throws CudaError / InvalidArgument from the device or the op.
 void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick);
 

@@ -216,4 +216,18 @@ inline Verdict check_stat(std::span<const float> got, std::span<const double> re
   return {false, os.str()};
 }
 
+// ---- wgmma building blocks (test_sparse_mla_wgmma_tiles.cu)
+
+/// S = Q K^T [64 x 64] and O = bf16(S) K [64 x 512] with P from registers (o_rs) and from a
+/// shared panel (o_ss), fp32, row-major.
+struct WgmmaTileOutputs {
+  std::vector<float> s;
+  std::vector<float> o_rs;
+  std::vector<float> o_ss;
+};
+
+/// Runs the wgmma tile kernel on bf16 tiles q and k, [64 x 512] row-major each (outputs
+/// NaN-poisoned first). Needs an sm_90 device.
+WgmmaTileOutputs run_wgmma_tiles(const std::vector<std::uint16_t>& q, const std::vector<std::uint16_t>& k);
+
 }  // namespace spg::test::mla

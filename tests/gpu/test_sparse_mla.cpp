@@ -1,8 +1,10 @@
 // Sparse MLA attention on the device against the double-precision CPU reference: the
-// correctness grid of the public sparse prefill operator, masking edge cases, the index-
-// invariance test, split-top-k against the single pass, per-step metadata through one captured
-// graph, and s_q past the 65535 grid limit. Every case runs eagerly and captured-then-replayed,
-// with NaN-poisoned outputs.
+// correctness grid of the public sparse prefill operator (through the automatic path, which runs
+// the wgmma single pass or split top-k), masking edge cases and the index-invariance test on all
+// three kernels, split-top-k against the single pass, the wgmma against the mma.sync single pass,
+// num_tokens padding, padded kv strides, per-step metadata through one captured graph, s_q past
+// the 65535 grid limit, and the wgmma building blocks on one tile. Every case runs eagerly and
+// captured-then-replayed, with NaN-poisoned outputs.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -234,18 +237,63 @@ std::string describe(const Problem& p, const char* extra = "") {
          (p.topk_length.empty() ? "" : " topk_length") + (p.stride != p.d_qk ? " padded-stride" : "") + extra;
 }
 
-/// Runs a problem on `path` in both modes and checks both against the reference.
-void check_problem(const Problem& p, k::SparseMlaPath path, cudaStream_t stream, int num_splits = 0) {
+int sm_count() {
+  int device = 0;
+  int sms = 0;
+  SPG_CUDA_TRY(cudaGetDevice(&device));
+  SPG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+/// The automatic rule of sparse_mla.hpp, restated: split top-k when one CTA per (token, 64 heads)
+/// leaves three quarters of the SMs or more idle and at least four slices fit, else the wgmma
+/// single pass.
+k::SparseMlaKernel expected_automatic(const Problem& p) {
+  const std::int64_t sms = sm_count();
+  const std::int64_t ctas = std::int64_t{p.s_q} * (p.h_q / 64);
+  const std::int64_t n = ctas >= sms ? 1 : std::min<std::int64_t>(sms / ctas, p.topk / 64);
+  return n >= 4 ? k::SparseMlaKernel::mma_split_topk : k::SparseMlaKernel::wgmma_single_pass;
+}
+
+std::string plan_name(const k::SparseMlaPlan& plan) {
+  return std::string(" ") + k::sparse_mla_kernel_name(plan.kernel) +
+         (plan.split ? " x" + std::to_string(plan.num_splits) : std::string());
+}
+
+/// Runs a problem on each of `paths` in both modes and checks every run against one reference;
+/// an automatic path must pick the kernel the rule names.
+void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths, cudaStream_t stream,
+                   int num_splits = 0) {
   const ref::SparseMlaReferenceOutputs want = reference_of(p);
   const std::vector<int> tokens = all_tokens(p.s_q);
-  DeviceProblem d(p, path, std::min(num_splits, p.topk / k::kSparseMlaBlockRows));
-  const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
-  for (const Mode mode : {Mode::eager, Mode::graph}) {
-    const Outputs got = run_mode(d, mode, stream);
-    expect_matches(got, want, p.h_q, tokens,
-                   describe(p) + (plan.split ? " split x" + std::to_string(plan.num_splits) : " single") + " " +
-                       mode_name(mode));
+  for (const k::SparseMlaPath path : paths) {
+    DeviceProblem d(p, path, std::min(num_splits, p.topk / k::kSparseMlaBlockRows));
+    const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
+    if (path == k::SparseMlaPath::automatic) {
+      INFO(describe(p) << ": automatic chose" << plan_name(plan));
+      CHECK(plan.kernel == expected_automatic(p));
+    }
+    for (const Mode mode : {Mode::eager, Mode::graph}) {
+      const Outputs got = run_mode(d, mode, stream);
+      expect_matches(got, want, p.h_q, tokens, describe(p) + plan_name(plan) + " " + mode_name(mode));
+    }
   }
+}
+
+/// The three kernels, by their explicit paths.
+const std::vector<k::SparseMlaPath> kAllKernels = {k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_mma,
+                                                   k::SparseMlaPath::split_topk};
+
+/// `p` with kv rows re-laid at `stride` elements; the padding past d_qk holds NaN, so a kernel
+/// that reads it fails.
+Problem with_stride(Problem p, std::int64_t stride) {
+  std::vector<std::uint16_t> kv(static_cast<std::size_t>(p.s_kv) * static_cast<std::size_t>(stride), 0xFFFF);
+  for (int r = 0; r < p.s_kv; ++r)
+    std::copy_n(p.kv.begin() + static_cast<std::ptrdiff_t>(r * p.stride), p.d_qk,
+                kv.begin() + static_cast<std::ptrdiff_t>(r * stride));
+  p.kv = std::move(kv);
+  p.stride = stride;
+  return p;
 }
 
 }  // namespace
@@ -254,7 +302,8 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
   spg::memory::Stream stream;
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
-      for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk}) {
+      for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_mma,
+                              k::SparseMlaPath::split_topk}) {
         Problem full = make_problem({d_qk, h_q, 1000, 256, 37}, {.sink = true}, 11 + d_qk + h_q);
         full.topk_length.assign(static_cast<std::size_t>(full.s_q), 1);
         Problem first = full;
@@ -271,7 +320,7 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
         for (const Mode mode : {Mode::eager, Mode::graph}) {
           const Outputs a = run_mode(dfirst, mode, stream.get());
           const Outputs b = run_mode(dfull, mode, stream.get());
-          INFO(describe(full) << " path " << static_cast<int>(path) << " " << mode_name(mode));
+          INFO(describe(full) << plan_name(k::SparseMla::plan(dfull.args)) << " " << mode_name(mode));
           CHECK(a.out.size() == static_cast<std::size_t>(full.s_q) * h_q * 512);
           CHECK(a.out == b.out);
           CHECK(std::memcmp(a.max_logits.data(), b.max_logits.data(), a.max_logits.size() * 4) == 0);
@@ -286,10 +335,10 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
 TEST_CASE("sparse_mla: small problem for the sanitizers", "[gpu][sparse_mla]") {
   spg::memory::Stream stream;
   for (const int d_qk : {512, 576})
-    for (const auto path : {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk})
-      // 150 tokens x 2 halves: more items than SMs, so CTAs carry state from one item to the next
-      check_problem(make_problem({d_qk, 128, 300, 192, 150}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, 31),
-                    path, stream.get(), 2);
+    // 150 tokens x 2 halves: more items than SMs, so persistent CTAs carry state from one item to
+    // the next; topk 192 is an odd block count (the wgmma kernel's last pair has a masked block)
+    check_problem(make_problem({d_qk, 128, 300, 192, 150}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, 31),
+                  kAllKernels, stream.get(), 2);
 }
 
 TEST_CASE("sparse_mla: public correctness grid against the double reference", "[gpu][sparse_mla]") {
@@ -312,7 +361,16 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
             f.padded_stride = (seed % 3) == 0;
             f.extra_invalid = (seed % 2) == 0 ? 0.05 : 0.0;
             const Problem p = make_problem({d_qk, h_q, s_kv, topk, s_q}, f, ++seed);
-            check_problem(p, k::SparseMlaPath::automatic, stream.get());
+            // s_q 62 and 213 run the wgmma single pass; s_q 1 splits the top-k range when four
+            // slices or more fit (topk >= 256). Each case also runs on the kernel automatic did
+            // not pick: the wgmma single pass where it splits, the split where s_q 1 does not.
+            const k::SparseMlaKernel chosen = expected_automatic(p);
+            if (s_q >= 62) CHECK(chosen == k::SparseMlaKernel::wgmma_single_pass);
+            if (s_q == 1 && topk >= 256) CHECK(chosen == k::SparseMlaKernel::mma_split_topk);
+            std::vector<k::SparseMlaPath> paths = {k::SparseMlaPath::automatic};
+            if (chosen != k::SparseMlaKernel::wgmma_single_pass) paths.push_back(k::SparseMlaPath::single_pass);
+            if (chosen != k::SparseMlaKernel::mma_split_topk && s_q == 1) paths.push_back(k::SparseMlaPath::split_topk);
+            check_problem(p, paths, stream.get());
           }
         }
       }
@@ -325,37 +383,36 @@ TEST_CASE("sparse_mla: masking edge cases", "[gpu][sparse_mla]") {
   std::uint64_t seed = 5000;
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
-      for (const auto path : {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk}) {
-        const int splits = path == k::SparseMlaPath::split_topk ? 3 : 0;
-        {  // all-invalid rows with every invalid value, and topk_length 0
-          Problem p = make_problem({d_qk, h_q, 700, 256, 53}, {.sink = true, .topk_length = true}, ++seed);
-          const std::vector<std::int32_t> bad = invalid_index_values(p.s_kv);
-          for (int t = 0; t < p.s_q; t += 3) {  // every third token: nothing valid
-            for (int j = 0; j < p.topk; ++j)
-              p.indices[static_cast<std::size_t>(t) * p.topk + j] = bad[static_cast<std::size_t>((t + j) % 7)];
-          }
-          for (int t = 1; t < p.s_q; t += 5) p.topk_length[static_cast<std::size_t>(t)] = 0;
-          p.topk_length[2] = p.topk;  // a full row next to the empty ones
-          check_problem(p, path, stream.get(), splits);
+      const int splits = 3;  // the split path's slice count; the single passes ignore it
+      {  // all-invalid rows with every invalid value, and topk_length 0
+        Problem p = make_problem({d_qk, h_q, 700, 256, 53}, {.sink = true, .topk_length = true}, ++seed);
+        const std::vector<std::int32_t> bad = invalid_index_values(p.s_kv);
+        for (int t = 0; t < p.s_q; t += 3) {  // every third token: nothing valid
+          for (int j = 0; j < p.topk; ++j)
+            p.indices[static_cast<std::size_t>(t) * p.topk + j] = bad[static_cast<std::size_t>((t + j) % 7)];
         }
-        // each invalid value sprinkled among valid rows
-        check_problem(make_problem({d_qk, h_q, 3001, 320, 41}, {.extra_invalid = 0.3}, ++seed), path, stream.get(),
-                      splits);
-        {  // sink +inf, -inf and finite per head
-          Problem p = make_problem({d_qk, h_q, 900, 192, 23}, {.sink = true}, ++seed);
-          for (int h = 0; h < h_q; ++h)
-            p.sink[static_cast<std::size_t>(h)] =
-                h % 3 == 0 ? kInf : (h % 3 == 1 ? -kInf : 0.25f * static_cast<float>(h % 7));
-          check_problem(p, path, stream.get(), splits);
-        }
-        // s_kv smaller than topk, and a single kv row
-        check_problem(make_problem({d_qk, h_q, 17, 256, 19}, {.topk_length = true}, ++seed), path, stream.get(), splits);
-        check_problem(make_problem({d_qk, h_q, 1, 128, 7}, {.sink = true}, ++seed), path, stream.get(), splits);
-        {  // peaked scores (large q, large sm_scale: logits up to ~10)
-          Problem p = make_problem({d_qk, h_q, 2000, 512, 17}, {.topk_length = true, .q_amp = 3.0}, ++seed);
-          p.sm_scale = 0.35f;
-          check_problem(p, path, stream.get(), splits);
-        }
+        for (int t = 1; t < p.s_q; t += 5) p.topk_length[static_cast<std::size_t>(t)] = 0;
+        p.topk_length[2] = p.topk;  // a full row next to the empty ones
+        check_problem(p, kAllKernels, stream.get(), splits);
+      }
+      // each invalid value sprinkled among valid rows
+      check_problem(make_problem({d_qk, h_q, 3001, 320, 41}, {.extra_invalid = 0.3}, ++seed), kAllKernels, stream.get(),
+                    splits);
+      {  // sink +inf, -inf and finite per head
+        Problem p = make_problem({d_qk, h_q, 900, 192, 23}, {.sink = true}, ++seed);
+        for (int h = 0; h < h_q; ++h)
+          p.sink[static_cast<std::size_t>(h)] =
+              h % 3 == 0 ? kInf : (h % 3 == 1 ? -kInf : 0.25f * static_cast<float>(h % 7));
+        check_problem(p, kAllKernels, stream.get(), splits);
+      }
+      // s_kv smaller than topk, and a single kv row
+      check_problem(make_problem({d_qk, h_q, 17, 256, 19}, {.topk_length = true}, ++seed), kAllKernels, stream.get(),
+                    splits);
+      check_problem(make_problem({d_qk, h_q, 1, 128, 7}, {.sink = true}, ++seed), kAllKernels, stream.get(), splits);
+      {  // peaked scores (large q, large sm_scale: logits up to ~10)
+        Problem p = make_problem({d_qk, h_q, 2000, 512, 17}, {.topk_length = true, .q_amp = 3.0}, ++seed);
+        p.sm_scale = 0.35f;
+        check_problem(p, kAllKernels, stream.get(), splits);
       }
     }
   }
@@ -372,11 +429,11 @@ TEST_CASE("sparse_mla: unit-variance inputs keep statistics exact and out within
                                    91 + d_qk);
     const auto want = reference_of(p);
     const auto tokens = all_tokens(p.s_q);
-    for (const auto path : {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk}) {
+    for (const auto path : kAllKernels) {
       DeviceProblem d(p, path);
       for (const Mode mode : {Mode::eager, Mode::graph}) {
         const Outputs got = run_mode(d, mode, stream.get());
-        const std::string label = describe(p, " unit-variance ") + mode_name(mode);
+        const std::string label = describe(p, " unit-variance") + plan_name(k::SparseMla::plan(d.args)) + " " + mode_name(mode);
         const Verdict vo = check_out(got.out, want.out, p.h_q, tokens, label + " (element bars x6)", 6.0);
         const Verdict vm = check_stat(got.max_logits, want.max_logits, p.h_q, tokens, label + ": max_logits");
         const Verdict vl = check_stat(got.lse, want.lse, p.h_q, tokens, label + ": lse");
@@ -396,7 +453,9 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
                                    777 + d_qk);
     const auto want = reference_of(p);
     const auto tokens = all_tokens(p.s_q);
-    DeviceProblem single(p, k::SparseMlaPath::single_pass);
+    // The split path is the mma.sync kernel cut into slices: against the mma.sync single pass its
+    // scores, hence max_logits, are bit-equal (the wgmma kernel sums Q K^T in another order).
+    DeviceProblem single(p, k::SparseMlaPath::single_pass_mma);
     const Outputs base = run_mode(single, Mode::eager, stream.get());
     expect_matches(base, want, p.h_q, tokens, describe(p, " single"));
     for (const int splits : {1, 2, 3, 5, 16}) {
@@ -430,12 +489,14 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
 
 TEST_CASE("sparse_mla: one captured graph serves new per-step metadata", "[gpu][sparse_mla]") {
   spg::memory::Stream stream;
-  for (const int s_q : {20, 301}) {  // 20 tokens of 128 heads picks the split path, 301 the single pass
+  for (const int s_q : {16, 301}) {  // 16 tokens of 128 heads picks the split path, 301 the single pass
     Problem p = make_problem({512, 128, 4001, 640, s_q}, {.sink = true, .topk_length = true}, 4242 + s_q);
     p.num_tokens = s_q - 7;
     DeviceProblem d(p, k::SparseMlaPath::automatic);
-    const bool split = k::SparseMla::plan(d.args).split;
-    CHECK(split == (s_q == 20));
+    const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
+    const bool split = plan.split;
+    CHECK(split == (s_q == 16));
+    CHECK(plan.kernel == (s_q == 16 ? k::SparseMlaKernel::mma_split_topk : k::SparseMlaKernel::wgmma_single_pass));
     d.poison();
     cudaError_t status = cudaSuccess;
     CapturedGraph graph(stream.get(), [&](cudaStream_t s) { status = d.launch(s); });
@@ -456,17 +517,19 @@ TEST_CASE("sparse_mla: one captured graph serves new per-step metadata", "[gpu][
       graph.replay(stream.get());
       const auto want = reference_of(p);
       expect_matches(download(d), want, p.h_q, tokens,
-                     describe(p, split ? " split" : " single") + " replay " + std::to_string(step) + " num_tokens " +
+                     describe(p) + plan_name(plan) + " replay " + std::to_string(step) + " num_tokens " +
                          std::to_string(p.num_tokens));
     }
   }
 }
 
-TEST_CASE("sparse_mla: s_q = 70000 runs past the 65535 grid limit", "[gpu][sparse_mla]") {
+TEST_CASE("sparse_mla: s_q = 70000 at h_q 128 runs past the 65535 grid limit", "[gpu][sparse_mla]") {
+  // 140000 CTAs of the wgmma kernel on its 1-D grid; the mma.sync single pass (persistent CTAs)
+  // runs the same inputs.
   spg::memory::Stream stream;
   constexpr int kSq = 70000;
   constexpr int kPattern = 1009;  // distinct q rows, repeated over the tokens
-  Problem p = make_problem({512, 64, 4099, 128, kPattern}, {.sink = true, .topk_length = true}, 70000);
+  Problem p = make_problem({512, 128, 4099, 128, kPattern}, {.sink = true, .topk_length = true}, 70000);
   // Indices and topk_length for every token; q repeats the pattern rows on the device.
   Rng rng(7);
   p.indices.resize(static_cast<std::size_t>(kSq) * p.topk);
@@ -490,7 +553,7 @@ TEST_CASE("sparse_mla: s_q = 70000 runs past the 65535 grid limit", "[gpu][spars
   shape.q.clear();  // not uploaded: q_all holds it
   DeviceProblem d(shape, k::SparseMlaPath::automatic);
   d.args.q = reinterpret_cast<const __nv_bfloat16*>(q_all.data());
-  REQUIRE_FALSE(k::SparseMla::plan(d.args).split);
+  REQUIRE(k::SparseMla::plan(d.args).kernel == k::SparseMlaKernel::wgmma_single_pass);
 
   std::vector<int> sample;
   for (int t = 0; t < 48; ++t) sample.push_back(t);
@@ -500,34 +563,235 @@ TEST_CASE("sparse_mla: s_q = 70000 runs past the 65535 grid limit", "[gpu][spars
   for_ref.s_q = kSq;
   const auto want = reference_of(for_ref, sample, q_row);
 
-  for (const Mode mode : {Mode::eager, Mode::graph}) {
-    d.poison();
-    if (mode == Mode::eager) {
-      REQUIRE(d.launch(stream.get()) == cudaSuccess);
-      SPG_CUDA_TRY(cudaStreamSynchronize(stream.get()));
-    } else {
-      cudaError_t status = cudaSuccess;
-      CapturedGraph graph(stream.get(), [&](cudaStream_t s) { status = d.launch(s); });
-      REQUIRE(status == cudaSuccess);
-      graph.replay(stream.get());
+  for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma}) {
+    d.args.path = path;
+    const std::string name = plan_name(k::SparseMla::plan(d.args));
+    for (const Mode mode : {Mode::eager, Mode::graph}) {
+      d.poison();
+      if (mode == Mode::eager) {
+        REQUIRE(d.launch(stream.get()) == cudaSuccess);
+        SPG_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+      } else {
+        cudaError_t status = cudaSuccess;
+        CapturedGraph graph(stream.get(), [&](cudaStream_t s) { status = d.launch(s); });
+        REQUIRE(status == cudaSuccess);
+        graph.replay(stream.get());
+      }
+      Outputs got;
+      const std::vector<float> ml = d.max_logits.download();
+      const std::vector<float> lse = d.lse.download();
+      std::size_t nan_rows = 0;
+      for (std::size_t i = 0; i < ml.size(); ++i) nan_rows += std::isnan(ml[i]) || std::isnan(lse[i]);
+      INFO(name << " " << mode_name(mode) << ": rows with unwritten statistics: " << nan_rows);
+      CHECK(nan_rows == 0);
+      for (const int t : sample) {
+        const auto o = d.out.download(static_cast<std::size_t>(t) * p.h_q * 512, static_cast<std::size_t>(p.h_q) * 512);
+        got.out.insert(got.out.end(), o.begin(), o.end());
+        got.max_logits.insert(got.max_logits.end(), ml.begin() + static_cast<std::ptrdiff_t>(t) * p.h_q,
+                              ml.begin() + static_cast<std::ptrdiff_t>(t + 1) * p.h_q);
+        got.lse.insert(got.lse.end(), lse.begin() + static_cast<std::ptrdiff_t>(t) * p.h_q,
+                       lse.begin() + static_cast<std::ptrdiff_t>(t + 1) * p.h_q);
+      }
+      expect_matches(got, want, p.h_q, sample, "s_q 70000 sampled" + name + " " + mode_name(mode));
     }
-    Outputs got;
-    const std::vector<float> ml = d.max_logits.download();
-    const std::vector<float> lse = d.lse.download();
-    std::size_t nan_rows = 0;
-    for (std::size_t i = 0; i < ml.size(); ++i) nan_rows += std::isnan(ml[i]) || std::isnan(lse[i]);
-    INFO("tokens with unwritten statistics: " << nan_rows);
-    CHECK(nan_rows == 0);
-    for (const int t : sample) {
-      const auto o = d.out.download(static_cast<std::size_t>(t) * p.h_q * 512, static_cast<std::size_t>(p.h_q) * 512);
-      got.out.insert(got.out.end(), o.begin(), o.end());
-      got.max_logits.insert(got.max_logits.end(), ml.begin() + static_cast<std::ptrdiff_t>(t) * p.h_q,
-                            ml.begin() + static_cast<std::ptrdiff_t>(t + 1) * p.h_q);
-      got.lse.insert(got.lse.end(), lse.begin() + static_cast<std::ptrdiff_t>(t) * p.h_q,
-                     lse.begin() + static_cast<std::ptrdiff_t>(t + 1) * p.h_q);
-    }
-    expect_matches(got, want, p.h_q, sample, std::string("s_q 70000 sampled ") + mode_name(mode));
   }
+}
+
+TEST_CASE("sparse_mla: the wgmma and mma.sync single passes agree on the same inputs", "[gpu][sparse_mla]") {
+  // Both within the reference bars, and within twice the bars of each other; topk 640 and 704 give
+  // an even and an odd block count (the wgmma kernel runs blocks in pairs).
+  spg::memory::Stream stream;
+  std::uint64_t seed = 9100;
+  for (const int d_qk : {512, 576}) {
+    for (const int h_q : {64, 128}) {
+      for (const int topk : {640, 704}) {
+        const Problem p = make_problem({d_qk, h_q, 6007, topk, 61},
+                                       {.sink = true, .topk_length = topk == 704, .extra_invalid = 0.03}, ++seed);
+        const auto want = reference_of(p);
+        const auto tokens = all_tokens(p.s_q);
+        DeviceProblem wg(p, k::SparseMlaPath::single_pass);
+        DeviceProblem mma(p, k::SparseMlaPath::single_pass_mma);
+        REQUIRE(k::SparseMla::plan(wg.args).kernel == k::SparseMlaKernel::wgmma_single_pass);
+        REQUIRE(k::SparseMla::plan(mma.args).kernel == k::SparseMlaKernel::mma_single_pass);
+        for (const Mode mode : {Mode::eager, Mode::graph}) {
+          const Outputs a = run_mode(wg, mode, stream.get());
+          const Outputs b = run_mode(mma, mode, stream.get());
+          const std::string label = describe(p) + " " + mode_name(mode);
+          expect_matches(a, want, p.h_q, tokens, label + " wgmma");
+          expect_matches(b, want, p.h_q, tokens, label + " mma");
+          std::vector<double> b_out(b.out.size());
+          for (std::size_t i = 0; i < b.out.size(); ++i) b_out[i] = bf16_to_f32(b.out[i]);
+          const Verdict vs = check_out(a.out, b_out, p.h_q, tokens, label + " wgmma against mma", 2.0);
+          INFO(vs.message);
+          CHECK(vs.ok);
+          std::size_t stat_off = 0;
+          for (std::size_t i = 0; i < a.lse.size(); ++i) {
+            for (const auto& [x, y] : {std::pair{a.lse[i], b.lse[i]}, std::pair{a.max_logits[i], b.max_logits[i]}}) {
+              const bool inf = std::isinf(x) || std::isinf(y);
+              stat_off += inf ? x != y : !(std::fabs(x - y) <= std::max(2e-4f, 6e-5f * std::fabs(y)));
+            }
+          }
+          INFO(label << ": lse / max_logits entries apart by more than twice the bar: " << stat_off);
+          CHECK(stat_off == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse_mla: tokens at or past num_tokens come out as empty rows", "[gpu][sparse_mla]") {
+  // Outputs NaN-poisoned before every run; rows past num_tokens must be exactly out 0,
+  // max_logits -inf, lse +inf, the others must match the reference. One graph per kernel serves
+  // every num_tokens value.
+  spg::memory::Stream stream;
+  for (const int d_qk : {512, 576}) {
+    Problem p = make_problem({d_qk, 128, 3001, 384, 45}, {.sink = true, .topk_length = true}, 6100 + d_qk);
+    p.num_tokens = p.s_q;
+    const auto tokens = all_tokens(p.s_q);
+    std::vector<std::unique_ptr<DeviceProblem>> devs;
+    std::vector<std::unique_ptr<CapturedGraph>> graphs;
+    for (const auto path : kAllKernels) {
+      devs.push_back(std::make_unique<DeviceProblem>(p, path, 3));
+      cudaError_t status = cudaSuccess;
+      DeviceProblem& d = *devs.back();
+      graphs.push_back(std::make_unique<CapturedGraph>(stream.get(), [&](cudaStream_t s) { status = d.launch(s); }));
+      REQUIRE(status == cudaSuccess);
+    }
+    for (const int num_tokens : {31, 0, 1, 45, 60}) {
+      p.num_tokens = num_tokens;
+      const auto want = reference_of(p);
+      const int live = std::clamp(num_tokens, 0, p.s_q);
+      for (std::size_t i = 0; i < devs.size(); ++i) {
+        DeviceProblem& d = *devs[i];
+        const std::int32_t nt = num_tokens;
+        d.num_tokens.upload(std::span<const std::int32_t>(&nt, 1));
+        for (const Mode mode : {Mode::eager, Mode::graph}) {
+          Outputs got;
+          if (mode == Mode::eager) {
+            got = run_mode(d, mode, stream.get());
+          } else {
+            d.poison();
+            graphs[i]->replay(stream.get());
+            got = download(d);
+          }
+          const std::string label = describe(p) + plan_name(k::SparseMla::plan(d.args)) + " num_tokens " +
+                                    std::to_string(num_tokens) + " " + mode_name(mode);
+          expect_matches(got, want, p.h_q, tokens, label);
+          std::size_t not_empty = 0;
+          for (std::size_t r = static_cast<std::size_t>(live) * p.h_q; r < got.lse.size(); ++r) {
+            not_empty += !(got.max_logits[r] == -kInf && got.lse[r] == kInf);
+            for (std::size_t c = 0; c < 512; ++c) not_empty += bf16_to_f32(got.out[r * 512 + c]) != 0.0f;
+          }
+          INFO(label << ": elements past num_tokens that are not the empty row: " << not_empty);
+          CHECK(not_empty == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][sparse_mla]") {
+  // Padding past d_qk holds NaN: a kernel that reads it fails the reference check.
+  spg::memory::Stream stream;
+  std::uint64_t seed = 8300;
+  for (const int d_qk : {512, 576}) {
+    for (const std::int64_t extra : {8, d_qk + 200}) {
+      const Problem base = make_problem({d_qk, 128, 1201, 448, 71}, {.sink = true, .topk_length = true}, ++seed);
+      check_problem(with_stride(base, d_qk + extra), {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma,
+                                                      k::SparseMlaPath::split_topk},
+                    stream.get(), 4);
+    }
+  }
+}
+
+TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_mla]") {
+  Problem p = make_problem({512, 128, 300, 1152, 1}, {}, 1);
+  for (const int s_q : {1, 16, 64, 213, 4096}) {
+    p.s_q = s_q;
+    k::SparseMlaArgs a{};
+    a.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10000});
+    a.kv = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x20000});
+    a.indices = reinterpret_cast<const std::int32_t*>(std::uintptr_t{0x30000});
+    a.out = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t{0x40000});
+    a.max_logits = reinterpret_cast<float*>(std::uintptr_t{0x50000});
+    a.lse = reinterpret_cast<float*>(std::uintptr_t{0x60000});
+    a.kv_row_stride = 512;
+    a.s_kv = p.s_kv;
+    a.topk = p.topk;
+    a.s_q = s_q;
+    a.h_q = p.h_q;
+    a.d_qk = p.d_qk;
+    a.sm_scale = 0.04f;
+    INFO("s_q " << s_q);
+    REQUIRE_NOTHROW(k::SparseMla::can_implement(a));
+    a.path = k::SparseMlaPath::single_pass;
+    CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::wgmma_single_pass);
+    CHECK_FALSE(k::SparseMla::plan(a).split);
+    CHECK(k::SparseMla::workspace_bytes(a) == 0);
+    a.path = k::SparseMlaPath::single_pass_mma;
+    CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::mma_single_pass);
+    CHECK_FALSE(k::SparseMla::plan(a).split);
+    a.path = k::SparseMlaPath::split_topk;
+    CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::mma_split_topk);
+    CHECK(k::SparseMla::plan(a).split);
+    a.path = k::SparseMlaPath::automatic;
+    const k::SparseMlaPlan plan = k::SparseMla::plan(a);
+    CHECK(plan.kernel == expected_automatic(p));
+    CHECK(plan.split == (plan.kernel == k::SparseMlaKernel::mma_split_topk));
+    if (s_q >= 213) CHECK(plan.kernel == k::SparseMlaKernel::wgmma_single_pass);
+    if (s_q <= 16) CHECK(plan.kernel == k::SparseMlaKernel::mma_split_topk);
+  }
+}
+
+TEST_CASE("sparse_mla: wgmma tiles (Q K^T, P V with P from registers and from shared memory)", "[gpu][sparse_mla]") {
+  // The descriptors and fragment layouts of kernels/sparse_mla/wgmma_sm90.cuh on one 64-row tile
+  // pair (test_sparse_mla_wgmma_tiles.cu); inputs uniform in [-1, 1].
+  Rng rng(12345);
+  std::vector<std::uint16_t> q(64 * 512);
+  std::vector<std::uint16_t> kt(64 * 512);
+  for (auto& v : q) v = f32_to_bf16(static_cast<float>(rng.uniform(-1.0, 1.0)));
+  for (auto& v : kt) v = f32_to_bf16(static_cast<float>(rng.uniform(-1.0, 1.0)));
+  const WgmmaTileOutputs got = run_wgmma_tiles(q, kt);
+
+  // Worst |got - ref| / (atol + rtol |ref|) over a tensor; NaN counts as a failure.
+  auto check = [](const std::vector<float>& g, const std::vector<double>& want, int cols, double atol, double rtol,
+                  const char* what) {
+    double worst = 0.0;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const double e = std::isnan(g[i]) ? std::numeric_limits<double>::infinity()
+                                        : std::fabs(g[i] - want[i]) / (atol + rtol * std::fabs(want[i]));
+      if (e > worst || (std::isinf(e) && !std::isinf(worst))) {
+        worst = e;
+        at = i;
+      }
+    }
+    INFO(what << ": worst element [" << at / static_cast<std::size_t>(cols) << ", " << at % static_cast<std::size_t>(cols)
+              << "] got " << g[at] << " ref " << want[at] << " (score " << worst << " of 1)");
+    CHECK(worst <= 1.0);
+  };
+  std::vector<double> s_ref(64 * 64);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 64; ++j) {
+      double acc = 0.0;
+      for (int c = 0; c < 512; ++c)
+        acc += static_cast<double>(bf16_to_f32(q[static_cast<std::size_t>(i) * 512 + c])) *
+               bf16_to_f32(kt[static_cast<std::size_t>(j) * 512 + c]);
+      s_ref[static_cast<std::size_t>(i) * 64 + j] = acc;
+    }
+  check(got.s, s_ref, 64, 2e-3, 1e-3, "qk (m64n64k16, both operands K-major)");
+  // P = bf16(S as the device computed it), so the P V checks isolate the product and the mapping.
+  std::vector<double> o_ref(64 * 512);
+  for (int i = 0; i < 64; ++i)
+    for (int c = 0; c < 512; ++c) {
+      double acc = 0.0;
+      for (int j = 0; j < 64; ++j)
+        acc += static_cast<double>(bf16_to_f32(f32_to_bf16(got.s[static_cast<std::size_t>(i) * 64 + j]))) *
+               bf16_to_f32(kt[static_cast<std::size_t>(j) * 512 + c]);
+      o_ref[static_cast<std::size_t>(i) * 512 + c] = acc;
+    }
+  check(got.o_rs, o_ref, 512, 5e-3, 1e-3, "pv-rs (m64n256k16, P from registers, V MN-major)");
+  check(got.o_ss, o_ref, 512, 5e-3, 1e-3, "pv-ss (m64n256k16, P from a shared panel, V MN-major)");
 }
 
 TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "[gpu][sparse_mla]") {

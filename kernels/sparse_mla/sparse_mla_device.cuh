@@ -1,0 +1,87 @@
+// Device pieces both sparse MLA attention kernels share: the launch parameters, the log2-domain
+// constants, small shared-memory and numeric helpers, and the per-row finalization of the softmax
+// statistics (max_logits, lse, and the factor that turns the unnormalized accumulator into out).
+// Formulas: docs/pipeline.md, "Sparse attention semantics".
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+#include <cstdint>
+
+namespace spg::kernels::detail {
+
+/// Parameters of both attention kernels (the wgmma single pass reads the fields up to `lse`).
+struct SparseMlaParams {
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* kv;
+  std::int64_t kv_row_stride;
+  int s_kv;
+  const std::int32_t* indices;
+  int topk;
+  const std::int32_t* topk_length;
+  const float* attn_sink;
+  const std::int32_t* num_tokens;
+  int s_q;
+  int h_q;
+  float scale_log2;  ///< sm_scale * log2(e)
+  __nv_bfloat16* out;
+  float* max_logits;
+  float* lse;
+  int num_splits;        ///< top-k slices per (token, 64 heads)
+  int blocks_per_split;  ///< 64-row blocks per slice
+  int num_items;         ///< s_q * (h_q / 64) * num_splits
+  bool write_partials;   ///< split path: write unnormalized O, m and l to the workspace
+  float* part_o;         ///< [num_splits, s_q * h_q, 512]
+  float2* part_ml;       ///< [num_splits, s_q * h_q]: (running max in log2 units, sum of exp2)
+};
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// bar.sync on named barrier `id` (1..15; 0 is __syncthreads) for `count` threads.
+__device__ __forceinline__ void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+/// Final statistics of one (token, head) from its running max m (log2 units) and sum l:
+/// max_logits, lse (natural log, sink excluded) and the factor that turns the unnormalized
+/// accumulator into out (0 for an empty row or a +inf sink).
+struct RowFinal {
+  float max_logit;
+  float lse;
+  float inv;
+};
+__device__ __forceinline__ RowFinal finalize_row(float m, float l, const float* attn_sink, int head) {
+  RowFinal r;
+  if (l > 0.0f) {
+    r.max_logit = m * kLn2;
+    r.lse = (m + log2f(l)) * kLn2;
+    float denom = l;
+    if (attn_sink != nullptr) denom += exp2f(attn_sink[head] * kLog2e - m);
+    r.inv = 1.0f / denom;
+  } else {
+    r.max_logit = -CUDART_INF_F;
+    r.lse = CUDART_INF_F;
+    r.inv = 0.0f;
+  }
+  return r;
+}
+
+}  // namespace spg::kernels::detail

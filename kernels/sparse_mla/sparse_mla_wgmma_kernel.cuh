@@ -1,0 +1,440 @@
+// Device code of the wgmma sparse MLA attention kernel (SparseMlaKernel::wgmma_single_pass, see
+// sparse_mla.hpp): sm_90a only, one CTA per (token, 64 heads) on a 1-D grid of
+// s_q * (h_q / 64) CTAs, 384 threads = 3 warpgroups with specialized roles.
+//
+//   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, then gathers the token's kv
+//       rows 64 at a time with 16-byte cp.async into two swizzled [64 x D] buffers K0 / K1
+//       (masked rows zero-filled and never read; a 0 / -inf bias per row goes to shared memory).
+//       Each buffer is split into a left half (panels 0-3: value columns 0-255) and a right half
+//       (panels 4.., the value columns 256-511 plus, at d_qk 576, the 64 rope columns), each with
+//       a full and an empty mbarrier, so a half is refilled as soon as its last reader is done.
+//   WG0, WG1 (consumers, 224 registers): the token's blocks are taken in pairs (2p -> K0,
+//       2p+1 -> K1). WG0 computes S0 = Q K0^T in full (64 x 64, no redundant work) and WG1
+//       S1 = Q K1^T. WG c owns output columns [256 c, 256 c + 256): a 64 x 256 fp32 accumulator.
+//       Softmax statistics are chained rather than exchanged both ways: WG0 publishes its new row
+//       max m0; WG1 takes m1 = max(m0, rowmax S1) and publishes it; WG0 then rescales its P0 by
+//       exp2(m0 - m1), so after each pair both warpgroups hold the same running max. Each WG runs
+//       the P V product for its own block with P from registers (RS) and for the other WG's block
+//       with P from a swizzled shared panel (SS) that the other WG wrote. WG0 issues the next
+//       pair's Q K0^T while its second P V product runs.
+//   Row sums stay per warpgroup (each only sums its own block's P) and are added in the epilogue.
+// Named barriers (256 threads: both consumer WGs): M0 (m0 published), M1 (m1 published), S0 / S1
+// (P panel written), L (row sums); 128-thread barriers EPI0 / EPI1 for the output staging.
+//
+// What keeps ptxas from serializing the wgmma ops or ignoring setmaxnreg (checked with
+// -Xptxas -v): the warpgroup index is broadcast with __shfl_sync so role branches are
+// warp-uniform; every batch of wgmma ops is opened with an explicit wgmma fence and the registers
+// it reads are pinned before it (reg_fence); the consumer path holds no call and no C++ __trap()
+// (see wgmma_sm90.cuh). Formulas: docs/pipeline.md, "Sparse attention semantics"; the shared-memory
+// tile layout and descriptors: wgmma_sm90.cuh.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+#include <cstdint>
+
+#include "kernels/sparse_mla/sparse_mla_device.cuh"
+#include "kernels/sparse_mla/wgmma_sm90.cuh"
+
+namespace spg::kernels::detail {
+
+inline constexpr int kWgmmaThreads = 384;
+inline constexpr int kWgmmaConsumerRegs = 224;
+inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 64512 = 384 * 168
+/// Initial running max: finite, so exp2(kWgmmaMInit - kWgmmaMInit) = 1 keeps a start on masked
+/// blocks NaN-free.
+inline constexpr float kWgmmaMInit = -1e30f;
+
+enum WgmmaBarrier : int { kWgBarM0 = 1, kWgBarM1 = 2, kWgBarS0 = 3, kWgBarS1 = 4, kWgBarL = 5, kWgBarEpi0 = 6 };
+
+/// Shared-memory plan of one d_qk (offsets from the 1024-byte aligned base).
+template <int D>
+struct WgmmaSmem {
+  static constexpr int kPanels = D / 64;
+  static constexpr int kSteps = D / 16;  // k16 steps of Q K^T
+  static constexpr int kTile = 64 * D * 2;
+  static constexpr int kOffQ = 0;  // also the output staging area in the epilogue
+  static constexpr int kOffK0 = kTile;
+  static constexpr int kOffK1 = 2 * kTile;
+  static constexpr int kOffS1 = 3 * kTile;
+  // d_qk 576: P0 reuses K0's rope panel (panel 8), which only WG0's Q K0^T reads and which the
+  // producer refills only after WG1's P0 V product (the right-half empty barrier of K0).
+  static constexpr int kOffS0 = D == 576 ? kOffK0 + 8 * 8192 : kOffS1 + 8192;
+  static constexpr int kOffMisc = kOffS1 + (D == 576 ? 8192 : 16384);
+  static constexpr int kOffMask = kOffMisc;        // float [2][64]: 0 or -inf per kv row of K0 / K1
+  static constexpr int kOffM0 = kOffMisc + 512;    // float [64]
+  static constexpr int kOffM1 = kOffMisc + 768;    // float [64]
+  static constexpr int kOffL = kOffMisc + 1024;    // float [2][64]
+  static constexpr int kOffBar = kOffMisc + 1536;  // full[2][2], empty[2][2], q: 9 mbarriers
+  static constexpr int kBytes = kOffBar + 128;
+  static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
+  static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
+  static_assert(2 * 64 * 256 * 2 <= kTile, "output staging must fit in the Q region");
+};
+
+template <int D>
+__global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p) {
+  using L = WgmmaSmem<D>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  const std::uint32_t sb = smem_addr(sm);
+  const std::uint32_t bar_base = sb + L::kOffBar;
+  auto full_bar = [&](int b, int h) { return bar_base + static_cast<std::uint32_t>((2 * b + h) * 8); };
+  auto empty_bar = [&](int b, int h) { return bar_base + 32u + static_cast<std::uint32_t>((2 * b + h) * 8); };
+  const std::uint32_t q_bar = bar_base + 64u;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 9; ++i) mbar_init(bar_base + 8u * i, 128);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  // Broadcast from lane 0 so the compiler sees the warpgroup index as warp-uniform: the role
+  // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) >> 7, 0);
+  const int x = static_cast<int>(threadIdx.x) & 127;
+  const int groups = p.h_q >> 6;
+  const int token = static_cast<int>(blockIdx.x) / groups;
+  const int head0 = (static_cast<int>(blockIdx.x) % groups) * 64;
+  // Valid prefix of the token's index row; a token at or past *num_tokens (a padded token of the
+  // bucket) has none and comes out as an empty row.
+  int len = p.topk;
+  if (p.topk_length != nullptr) len = min(max(__ldg(p.topk_length + token), 0), p.topk);
+  if (p.num_tokens != nullptr && token >= __ldg(p.num_tokens)) len = 0;
+  const int n_blocks = (len + 63) >> 6;
+  const int n_pairs = (n_blocks + 1) >> 1;  // an odd count ends with an all-masked block
+  float* mask_s = reinterpret_cast<float*>(sm + L::kOffMask);
+
+  if (wg == 2) {
+    // ------------------------------------------------------------------ producer
+    regs_decrease<kWgmmaProducerRegs>();
+    const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
+    const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
+    {
+      const __nv_bfloat16* qsrc = p.q + (static_cast<std::int64_t>(token) * p.h_q + head0) * D + c8 * 8;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = rsub + 16 * i;
+        const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+#pragma unroll
+        for (int pn = 0; pn < L::kPanels; ++pn) cp_async_16_l2(dst + pn * 8192, qsrc + r * D + pn * 64, 16);
+      }
+      mbar_arrive_on_cp_async(q_bar);
+      mbar_arrive(q_bar);
+    }
+    const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
+#pragma unroll
+      for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = (2 * pair + bb) * 64 + rsub + 16 * i;
+          int id = -1;
+          if (j < len) {  // never reads past the valid prefix (nor past topk)
+            id = __ldg(idx_row + j);
+            if (id < 0 || id >= p.s_kv) id = -1;
+          }
+          rows[bb][i] = id;
+        }
+      const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
+      // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
+      // starts with the right half), K0 right, K1 left.
+#pragma unroll
+      for (int step = 0; step < 4; ++step) {
+        const int bb = step & 1;
+        const int hh = ((step + 1) >> 1) & 1;
+        mbar_wait(empty_bar(bb, hh), parity);
+        if (step < 2 && c8 == 0) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
+        }
+        const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
+        const int pn0 = hh ? 4 : 0;
+        const int pn1 = hh ? L::kPanels : 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = rsub + 16 * i;
+          const int id = rows[bb][i];
+          const __nv_bfloat16* src = p.kv + c8 * 8;
+          if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
+          const int bytes = id >= 0 ? 16 : 0;
+          const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+#pragma unroll
+          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
+        }
+        mbar_arrive_on_cp_async(full_bar(bb, hh));
+        mbar_arrive(full_bar(bb, hh));
+      }
+    }
+    return;
+  }
+
+  // -------------------------------------------------------------------- consumers
+  regs_increase<kWgmmaConsumerRegs>();
+  const int w = x >> 5;
+  const int lane = x & 31;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int r0 = 16 * w + g;  // accumulator rows r0 (h = 0) and r0 + 8 (h = 1)
+  const std::uint32_t qa = sb + L::kOffQ;
+  const std::uint32_t k0a = sb + L::kOffK0;
+  const std::uint32_t k1a = sb + L::kOffK1;
+  const std::uint32_t s0a = sb + L::kOffS0;
+  const std::uint32_t s1a = sb + L::kOffS1;
+  float* m0_s = reinterpret_cast<float*>(sm + L::kOffM0);
+  float* m1_s = reinterpret_cast<float*>(sm + L::kOffM1);
+  constexpr std::uint32_t kVLbo = 64 * 128;  // MN-major V: next 64 value columns = next panel
+  constexpr std::uint32_t kVSbo = 1024;      // next 8 kv rows
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float s[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+  float m_run[2] = {kWgmmaMInit, kWgmmaMInit};
+  float l_run[2] = {0.0f, 0.0f};
+
+  // S (+)= Q K^T over k16 steps [ks0, ks1) of buffer `ka`
+  auto qk_steps = [&](std::uint32_t ka, int ks0, int ks1, bool clear) {
+    // Explicit fence at every batch (cheap: it orders register accesses, it does not wait for
+    // wgmma completion); without it ptxas injects its own after each mbarrier wait.
+    wgmma_fence();
+#pragma unroll
+    for (int ks = ks0; ks < ks1; ++ks)
+      wgmma_m64n64k16_ss(s, desc_kmajor(qa, ks, 64), desc_kmajor(ka, ks, 64), (clear && ks == ks0) ? 0 : 1);
+  };
+  // s = s * scale_log2 + mask bias (per kv column); returns the quad-reduced row maxima.
+  auto scale_mask_max = [&](int buf, float (&mx)[2]) {
+    const float* mk = mask_s + buf * 64 + 2 * t;
+    mx[0] = -CUDART_INF_F;
+    mx[1] = -CUDART_INF_F;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float2 b = *reinterpret_cast<const float2*>(mk + 8 * n);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        s[4 * n + 2 * h] = fmaf(s[4 * n + 2 * h], p.scale_log2, b.x);
+        s[4 * n + 2 * h + 1] = fmaf(s[4 * n + 2 * h + 1], p.scale_log2, b.y);
+        mx[h] = fmaxf(mx[h], fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    }
+  };
+  // P = exp2(s - m_new) in place; O and l rescaled by exp2(m_run - m_new); m_run = m_new.
+  auto softmax_update = [&](const float (&m_new)[2]) {
+    float alpha[2];
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) alpha[h] = fast_exp2(m_run[h] - m_new[h]);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i >> 1) & 1;
+      s[i] = fast_exp2(s[i] - m_new[h]);
+      sum[h] += s[i];
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_run[h] = fmaf(l_run[h], alpha[h], sum[h]);
+      m_run[h] = m_new[h];
+    }
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+  };
+  auto pv_rs = [&](std::uint32_t va) {
+    std::uint32_t a[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) acc_to_a_frag(s, kk, a[kk]);
+    // Pin every register write (A fragments, rescaled O) before the fence, so none is scheduled
+    // past it (ptxas would then inject a warpgroup.arrive of its own).
+    reg_fence(a);
+    reg_fence(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_tb(o, a[kk], desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+    wgmma_commit();
+  };
+  auto pv_ss = [&](std::uint32_t pa, std::uint32_t va) {
+    reg_fence(o);
+    reg_fence(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n256k16_ss_tb(o, desc_kmajor(pa, kk, 64), desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+    wgmma_commit();
+  };
+
+  mbar_wait(q_bar, 0);
+
+  if (wg == 0) {
+    // ---------------------------------------------------------------- WG0: blocks 2p (K0), cols 0..255
+    if (n_pairs > 0) {
+      mbar_wait(full_bar(0, 0), 0);
+      fence_proxy_async();
+      wgmma_fence();
+      qk_steps(k0a, 0, 16, true);
+      wgmma_commit();
+      mbar_wait(full_bar(0, 1), 0);
+      fence_proxy_async();
+      qk_steps(k0a, 16, L::kSteps, false);
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(s);
+    }
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
+      float mx[2];
+      scale_mask_max(0, mx);
+      float m_new[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m_run[h], mx[h]);
+      softmax_update(m_new);
+      if (t == 0) {
+        m0_s[r0] = m_new[0];
+        m0_s[r0 + 8] = m_new[1];
+      }
+      named_barrier_arrive(kWgBarM0, 256);
+      pv_rs(k0a);  // O += P0 V0[:, 0:256]
+      wgmma_wait<0>();
+      reg_fence(o);
+      mbar_arrive(empty_bar(0, 0));
+      named_barrier(kWgBarM1, 256);
+      float f[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m1 = m1_s[r0 + 8 * h];
+        f[h] = fast_exp2(m_run[h] - m1);
+        m_run[h] = m1;
+        l_run[h] *= f[h];
+      }
+      store_acc_panel(sm + L::kOffS0, s, x, f[0], f[1]);  // P0 relative to m1, for WG1
+      fence_proxy_async();
+      named_barrier_arrive(kWgBarS0, 256);
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
+      named_barrier(kWgBarS1, 256);
+      mbar_wait(full_bar(1, 0), ph);
+      fence_proxy_async();
+      pv_ss(s1a, k1a);  // O += P1 V1[:, 0:256]
+      if (pair + 1 < n_pairs) {
+        // The next pair's S0 = Q K0^T overlaps the P1 V1 product.
+        mbar_wait(full_bar(0, 0), ph ^ 1u);
+        fence_proxy_async();
+        qk_steps(k0a, 0, 16, true);
+        wgmma_commit();
+        wgmma_wait<1>();
+        reg_fence(o);
+        mbar_arrive(empty_bar(1, 0));
+        mbar_wait(full_bar(0, 1), ph ^ 1u);
+        fence_proxy_async();
+        qk_steps(k0a, 16, L::kSteps, false);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(s);
+      } else {
+        wgmma_wait<0>();
+        reg_fence(o);
+        mbar_arrive(empty_bar(1, 0));
+      }
+    }
+  } else {
+    // ---------------------------------------------------------------- WG1: blocks 2p+1 (K1), cols 256..511
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
+      mbar_wait(full_bar(1, 1), ph);
+      fence_proxy_async();
+      wgmma_fence();
+      qk_steps(k1a, 16, L::kSteps, true);
+      wgmma_commit();
+      mbar_wait(full_bar(1, 0), ph);
+      fence_proxy_async();
+      qk_steps(k1a, 0, 16, false);
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(s);
+      float mx[2];
+      scale_mask_max(1, mx);
+      named_barrier(kWgBarM0, 256);
+      float m_new[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m0_s[r0 + 8 * h], mx[h]);  // m0 >= m_run
+      softmax_update(m_new);
+      if (t == 0) {
+        m1_s[r0] = m_new[0];
+        m1_s[r0 + 8] = m_new[1];
+      }
+      named_barrier_arrive(kWgBarM1, 256);
+      pv_rs(k1a + 4 * 8192);  // O += P1 V1[:, 256:512]
+      store_acc_panel(sm + L::kOffS1, s, x, 1.0f, 1.0f);
+      fence_proxy_async();
+      named_barrier_arrive(kWgBarS1, 256);
+      named_barrier(kWgBarS0, 256);
+      mbar_wait(full_bar(0, 1), ph);
+      fence_proxy_async();
+      pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
+      wgmma_wait<1>();
+      mbar_arrive(empty_bar(1, 1));
+      wgmma_wait<0>();
+      reg_fence(o);
+      mbar_arrive(empty_bar(0, 1));
+    }
+  }
+
+  // ------------------------------------------------------------------ epilogue (both consumer WGs)
+  float* l_s = reinterpret_cast<float*>(sm + L::kOffL);
+  float lq[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lq[h] = l_run[h];
+    lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 1);
+    lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 2);
+  }
+  if (t == 0) {
+    l_s[wg * 64 + r0] = lq[0];
+    l_s[wg * 64 + r0 + 8] = lq[1];
+  }
+  named_barrier(kWgBarL, 256);
+  float inv[2];
+  const std::int64_t row0 = static_cast<std::int64_t>(token) * p.h_q + head0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    const RowFinal fin = finalize_row(m_run[h], lq[h] + l_s[(wg ^ 1) * 64 + r], p.attn_sink, head0 + r);
+    inv[h] = fin.inv;
+    if (wg == 0 && t == 0) {
+      p.max_logits[row0 + r] = fin.max_logit;
+      p.lse[row0 + r] = fin.lse;
+    }
+  }
+  // bf16 out staged through the Q region (every Q K^T of the CTA is done: each WG passed a
+  // barrier the other arrives at after its last one), then 16-byte coalesced stores.
+  unsigned char* stg = sm + L::kOffQ + wg * 32768;
+#pragma unroll
+  for (int n = 0; n < 32; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      *reinterpret_cast<std::uint32_t*>(stg + r * 512 + ((n ^ (r & 7)) << 4) + 4 * t) =
+          pack_bf16(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]);
+    }
+  named_barrier(kWgBarEpi0 + wg, 128);
+  __nv_bfloat16* gout = p.out + row0 * 512 + wg * 256;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int c = x + 128 * j;
+    const int r = c >> 5;
+    const int cc = c & 31;
+    *reinterpret_cast<uint4*>(gout + r * 512 + cc * 8) =
+        *reinterpret_cast<const uint4*>(stg + r * 512 + ((cc ^ (r & 7)) << 4));
+  }
+}
+
+
+}  // namespace spg::kernels::detail
