@@ -439,7 +439,8 @@ int run(const Options& opt) {
 
   if (!opt.json.empty()) {
     bench::Reporter rep;
-    const std::string name = "serve_loop/default";
+    // Runs without the allocation counter are the ones whose host times are clean (no CUPTI).
+    const std::string name = counter != nullptr ? "serve_loop/default" : "serve_loop/no-cupti";
     const std::string variant = opt.eager ? "spgraph-eager" : "spgraph-graph";
     auto add = [&](const char* metric, double v) { rep.add({"executor", name, variant, metric, v}); };
     add("steps", static_cast<double>(opt.steps));
