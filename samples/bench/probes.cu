@@ -130,15 +130,19 @@ void run_indirect_launch_probe(Reporter& rep, cudaStream_t stream) {
   }
 }
 
-/// cudaGraphLaunch of a 40-kernel graph with CUPTI never loaded, attached (the allocation
+/// cudaGraphLaunch of a 40-kernel graph with no CUPTI subscriber, attached (the allocation
 /// counter's subscriber), detached, and attached again; the last also checks that counting still
 /// works after a detach.
 void run_cupti_probe(Reporter& rep, cudaStream_t stream) {
   const graphs::GraphExec exec = graphs::GraphExec::instantiate(capture_empty_kernels(stream, 40), stream);
   memory::AllocationCounter* counter = nullptr;
-  for (const char* state : {"before-cupti", "cupti-attached", "cupti-detached", "cupti-reattached"}) {
+  for (const char* state : {"no-subscriber", "cupti-attached", "cupti-detached", "cupti-reattached"}) {
     const std::string_view st(state);
-    if (st == "cupti-attached") counter = &memory::AllocationCounter::instance();
+    if (st == "no-subscriber") {
+      counter = &memory::AllocationCounter::instance();  // subscribes on first use: detach first
+      counter->detach();
+    }
+    if (st == "cupti-attached") counter->attach();
     if (st == "cupti-detached") counter->detach();
     if (st == "cupti-reattached") counter->attach();
     const double us = median_launch_us(exec, stream);
