@@ -38,6 +38,7 @@ struct Options {
   bool checksum{false};
   bool require_gpu{false};
   bool count_allocations{true};  // --no-alloc-count: leave CUPTI unloaded (it slows every graph launch)
+  bool derive_slots{false};      // --derive-slots: leave the insert slots to the device
   long steps{1000};
   int verify{0};
   std::string json;
@@ -79,6 +80,8 @@ void print_help() {
       "  --checksum           print a checksum of every chunk's outputs (graph and eager runs of one\n"
       "                       trace must print the same)\n"
       "  --require-gpu        exit with code 77 (skipped) instead of planning when there is no GPU\n"
+      "  --derive-slots       hand the executor no insert slot mappings: the device derives the same\n"
+      "                       slots from the block tables (default: the scheduler's slot mappings)\n"
       "  --no-alloc-count     do not count CUDA allocation calls: CUPTI stays unloaded, so host times\n"
       "                       are not inflated by its subscriber (graph launches cost ~2 us instead of\n"
       "                       ~0.2 us a node)\n"
@@ -125,6 +128,8 @@ Options parse(int argc, char** argv) {
       o.require_gpu = true;
     } else if (a == "--no-alloc-count") {
       o.count_allocations = false;
+    } else if (a == "--derive-slots") {
+      o.derive_slots = true;
     } else if (a == "--steps") {
       o.steps = take_int(1, 10000000);
     } else if (a == "--verify") {
@@ -335,7 +340,7 @@ int run(const Options& opt) {
     const scheduler::StepPlan plan = sched.schedule();
     finished += static_cast<long long>(plan.finished.size());
     for (const scheduler::ChunkPlan& cp : plan.chunks) {
-      const samples::ChunkView view(cp);
+      const samples::ChunkView view(cp, !opt.derive_slots);
       const kernels::SyntheticFrontArgs front = view.front_args(front_layers, opt.seed, static_cast<std::uint64_t>(chunks));
       const bool verify_this = verify_every > 0 && step % verify_every == 0 &&
                                static_cast<int>(verify_at.size()) < opt.verify && cp.num_tokens > 0;

@@ -20,7 +20,7 @@ namespace ref = kernels::reference;
 using memory::kNumRatios;
 using memory::ratio_index;
 
-ChunkView::ChunkView(const scheduler::ChunkPlan& plan) : plan_(plan) {
+ChunkView::ChunkView(const scheduler::ChunkPlan& plan, bool slot_lists) : plan_(plan) {
   const scheduler::ChunkCachePlan& swa = plan.cache(1);
   requests_.resize(static_cast<std::size_t>(plan.num_requests));
   for (std::size_t b = 0; b < requests_.size(); ++b) {
@@ -29,11 +29,11 @@ ChunkView::ChunkView(const scheduler::ChunkPlan& plan) : plan_(plan) {
     r.seq_len = plan.seq_lens[b];
     r.swa_blocks = swa.block_tables[b];
   }
-  input_.swa_slots = swa.slot_mapping;
+  if (slot_lists) input_.swa_slots = swa.slot_mapping;
   for (const scheduler::ChunkCachePlan& c : plan.caches) {
     if (c.ratio == 1) continue;
     const int i = ratio_index(c.ratio);
-    input_.compressed_slots[i] = c.slot_mapping;
+    if (slot_lists) input_.compressed_slots[i] = c.slot_mapping;
     for (std::size_t b = 0; b < requests_.size(); ++b) requests_[b].compressed_blocks[i] = c.block_tables[b];
   }
   input_.requests = requests_;

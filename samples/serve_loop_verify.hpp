@@ -31,7 +31,9 @@ kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& l
 /// @brief A ChunkPlan seen as the executor's ChunkInput (spans into the plan, no copies).
 class ChunkView {
  public:
-  explicit ChunkView(const scheduler::ChunkPlan& plan);
+  /// `slot_lists`: hand the scheduler's slot mappings to the executor; false leaves them empty, so
+  /// the device derives the same slots from the block tables (the host copies less).
+  ChunkView(const scheduler::ChunkPlan& plan, bool slot_lists);
   ChunkView(const ChunkView&) = delete;
   ChunkView& operator=(const ChunkView&) = delete;
 

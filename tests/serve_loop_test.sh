@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end GPU test of the main job: 200 steps of the serving loop in graph mode with every 10th
 # step verified against the CPU references and zero allocations after warm-up, then the same trace
-# in eager mode, whose output checksum must be identical. Exit 77 (skipped) without a GPU.
+# in eager mode and in graph mode with the insert slots derived on the device (instead of the
+# scheduler's slot lists), whose output checksums must both be identical. Exit 77 (skipped) without
+# a GPU.
 set -uo pipefail
 serve_loop=${1:?usage: serve_loop_test.sh path/to/serve_loop}
 args=(--steps 200 --verify 20 --seed 11 --max-tokens 256 --max-model-len 8192 --min-len 300 --max-len 8192
@@ -9,7 +11,8 @@ args=(--steps 200 --verify 20 --seed 11 --max-tokens 256 --max-model-len 8192 --
 
 graph_log=$(mktemp)
 eager_log=$(mktemp)
-trap 'rm -f "$graph_log" "$eager_log"' EXIT
+derived_log=$(mktemp)
+trap 'rm -f "$graph_log" "$eager_log" "$derived_log"' EXIT
 "$serve_loop" "${args[@]}" --mode graph >"$graph_log" 2>&1
 rc=$?
 cat "$graph_log"
@@ -29,3 +32,13 @@ if [ -z "$g" ] || [ "$g" != "$e" ]; then
   exit 1
 fi
 echo "serve_loop_test: graph and eager outputs are bit-identical ($g)"
+
+"$serve_loop" "${args[@]}" --mode graph --derive-slots >"$derived_log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { cat "$derived_log"; echo "serve_loop_test: graph run with derived slots failed (exit $rc)"; exit 1; }
+l=$(grep "output checksum" "$derived_log")
+if [ "$g" != "$l" ]; then
+  echo "serve_loop_test: derived slots and slot lists give different outputs: '$g' vs '$l'"
+  exit 1
+fi
+echo "serve_loop_test: slots derived on the device and the scheduler's slot lists give bit-identical outputs"
