@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/device_info.hpp"
 #include "kernels/kv_cache/kv_cache_kernel.cuh"
 #include "memory/error.hpp"
 
@@ -146,11 +147,10 @@ cudaError_t KvGather::run(const KvGatherArgs& a, void* /*workspace*/, cudaStream
   p.kv = a.kv;
   p.status = a.status;
 
-  int device = 0;
-  int sms = 0;
-  cudaError_t status = cudaGetDevice(&device);
-  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  DeviceInfo info;
+  cudaError_t status = current_device_info(info);
   if (status != cudaSuccess) return status;
+  const int sms = info.sms;
   // A persistent grid: the real row count is only known on the device, so size by the static
   // bound and the SM count, whichever needs fewer CTAs.
   constexpr std::int64_t rows_per_cta_pass = std::int64_t{detail::kGatherWarps} * detail::kGatherRowsInFlight;

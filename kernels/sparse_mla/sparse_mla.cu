@@ -4,10 +4,12 @@
 #include "kernels/sparse_mla/sparse_mla.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
+#include "kernels/device_info.hpp"
 #include "kernels/sparse_mla/sparse_mla_kernel.cuh"
 #include "kernels/sparse_mla/sparse_mla_wgmma_kernel.cuh"
 #include "memory/error.hpp"
@@ -22,32 +24,15 @@ bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cas
 
 std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1) / a * a; }
 
-struct DeviceInfo {
-  int sms{0};
-  int major{0};
-  int minor{0};
-};
-
-cudaError_t query_device(DeviceInfo& info) noexcept {
-  int device = 0;
-  cudaError_t status = cudaGetDevice(&device);
-  if (status != cudaSuccess) return status;
-  status = cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device);
-  if (status != cudaSuccess) return status;
-  status = cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device);
-  if (status != cudaSuccess) return status;
-  return cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, device);
-}
-
 // The wgmma kernel is built for sm_90a only (wgmma, setmaxnreg).
 bool runs_wgmma(const DeviceInfo& info) noexcept { return info.major == 9 && info.minor == 0; }
+
+/// The fewest slices `automatic` splits into (see make_plan).
+constexpr int kMinAutomaticSplits = 4;
 
 // Slices per (token, 64 heads) when the single pass would leave SMs idle: enough CTAs for one
 // wave of one CTA per SM (the kernel's shared memory allows one), never more than the 64-row
 // blocks of the top-k range.
-/// The fewest slices `automatic` splits into (see make_plan).
-constexpr int kMinAutomaticSplits = 4;
-
 int automatic_splits(std::int64_t ctas, int blocks, int sms) noexcept {
   if (ctas >= sms) return 1;
   return static_cast<int>(std::min<std::int64_t>(sms / ctas, blocks));
@@ -100,24 +85,23 @@ std::size_t plan_workspace(const SparseMlaArgs& a, const SparseMlaPlan& plan) no
          round_up(rows * static_cast<std::size_t>(plan.num_splits) * sizeof(float2), kWorkspaceAlign);
 }
 
-template <int D>
-cudaError_t launch_mma(const detail::SparseMlaParams& p, unsigned grid, cudaStream_t stream) noexcept {
-  constexpr int smem = detail::MlaSmem<D>::kBytes;
-  const cudaError_t status =
-      cudaFuncSetAttribute(detail::sparse_mla_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+// A single-pass kernel (wgmma, or the mma.sync kernel that also runs the split slices): its
+// shared-memory opt-in is made once per device, not on every launch.
+template <int D, bool kWgmma>
+cudaError_t launch_single(const detail::SparseMlaParams& p, unsigned grid, const DeviceInfo& info,
+                          cudaStream_t stream) noexcept {
+  static std::atomic<std::uint64_t> smem_allowed{0};
+  constexpr int smem = kWgmma ? detail::WgmmaSmem<D>::kAlloc : detail::MlaSmem<D>::kBytes;
+  const void* kernel = kWgmma ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D>)
+                              : reinterpret_cast<const void*>(&detail::sparse_mla_kernel<D>);
+  const cudaError_t status = allow_dynamic_smem_once(kernel, smem, info, smem_allowed);
   if (status != cudaSuccess) return status;
-  detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, smem, stream>>>(p);
-  return cudaGetLastError();
-}
-
-// One CTA per (token, 64 heads) on a 1-D grid (can_implement bounds it by 2^31 - 1).
-template <int D>
-cudaError_t launch_wgmma(const detail::SparseMlaParams& p, unsigned grid, cudaStream_t stream) noexcept {
-  constexpr int smem = detail::WgmmaSmem<D>::kAlloc;
-  const cudaError_t status =
-      cudaFuncSetAttribute(detail::sparse_mla_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (status != cudaSuccess) return status;
-  detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, smem, stream>>>(p);
+  if constexpr (kWgmma) {
+    // One CTA per (token, 64 heads) on a 1-D grid (can_implement bounds it by 2^31 - 1).
+    detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, smem, stream>>>(p);
+  } else {
+    detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, smem, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 
@@ -159,7 +143,7 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
 
 SparseMlaPlan SparseMla::plan(const SparseMlaArgs& args) {
   DeviceInfo info;
-  SPG_CUDA_TRY(query_device(info));
+  SPG_CUDA_TRY(current_device_info(info));
   const SparseMlaPlan plan = make_plan(args, info.sms);
   SPG_EXPECTS(plan.kernel != SparseMlaKernel::wgmma_single_pass || runs_wgmma(info),
               "path = " << static_cast<int>(args.path) << " selects the wgmma single pass, which needs a compute "
@@ -172,7 +156,7 @@ std::size_t SparseMla::workspace_bytes(const SparseMlaArgs& args) { return plan_
 
 cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t stream) noexcept {
   DeviceInfo info;
-  cudaError_t status = query_device(info);
+  cudaError_t status = current_device_info(info);
   if (status != cudaSuccess) return status;
   const int sms = info.sms;
   const SparseMlaPlan plan = make_plan(a, sms);
@@ -206,13 +190,14 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
     p.num_items = a.s_q * (a.h_q / kSparseMlaHeadsPerCta);
     const auto grid = static_cast<unsigned>(p.num_items);
-    return a.d_qk == 512 ? launch_wgmma<512>(p, grid, stream) : launch_wgmma<576>(p, grid, stream);
+    return a.d_qk == 512 ? launch_single<512, true>(p, grid, info, stream) : launch_single<576, true>(p, grid, info, stream);
   }
   // Persistent CTAs, one per SM (the shared-memory plan admits one); each walks a stride of items.
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(items, sms));
-  status = a.d_qk == 512 ? launch_mma<512>(p, grid, stream) : launch_mma<576>(p, grid, stream);
+  status = a.d_qk == 512 ? launch_single<512, false>(p, grid, info, stream)
+                         : launch_single<576, false>(p, grid, info, stream);
   if (status != cudaSuccess || !plan.split) return status;
 
   detail::SparseMlaMergeParams m{};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graphs/graph.hpp"
+#include "kernels/device_info.hpp"
 #include "memory/allocation_counter.hpp"
 #include "memory/error.hpp"
 #include "memory/resources.hpp"
@@ -201,19 +202,19 @@ const char* lead_name(Lead l) {
 }  // namespace
 
 cudaError_t launch_copy_kernel(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) noexcept {
-  int sms = 0;
-  const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  kernels::DeviceInfo info;
+  const cudaError_t e = kernels::current_device_info(info);
   if (e != cudaSuccess) return e;
-  copy_kernel<<<static_cast<unsigned>(sms * 4), 512, 0, stream>>>(static_cast<uint4*>(dst),
+  copy_kernel<<<static_cast<unsigned>(info.sms * 4), 512, 0, stream>>>(static_cast<uint4*>(dst),
                                                                    static_cast<const uint4*>(src), bytes / 16);
   return cudaGetLastError();
 }
 
 cudaError_t launch_stream_rows_kernel(void* dst, const void* src, int rows, cudaStream_t stream) noexcept {
-  int sms = 0;
-  const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  kernels::DeviceInfo info;
+  const cudaError_t e = kernels::current_device_info(info);
   if (e != cudaSuccess) return e;
-  stream_rows_kernel<<<static_cast<unsigned>(sms * 4), 256, 0, stream>>>(static_cast<uint4*>(dst),
+  stream_rows_kernel<<<static_cast<unsigned>(info.sms * 4), 256, 0, stream>>>(static_cast<uint4*>(dst),
                                                                          static_cast<const uint4*>(src), rows);
   return cudaGetLastError();
 }

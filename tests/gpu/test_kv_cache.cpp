@@ -12,6 +12,7 @@
 
 #include "common/catch.hpp"
 #include "gpu/kernels_test_util.hpp"
+#include "kernels/device_info.hpp"
 #include "kernels/kv_cache/kv_cache.hpp"
 #include "kernels/reference/kv_cache_reference.hpp"
 #include "kernels/reference/pipeline_reference.hpp"
@@ -643,4 +644,23 @@ TEST_CASE("kv cache ops refuse bad arguments before anything runs", "[gpu][kv_ca
   bad_insert.cache = cache.get() + 8;
   CHECK_THROWS_AS(KvInsert::can_implement(bad_insert), spg::InvalidArgument);
   CHECK_THROWS_AS(CacheLayout::make(0, 4), spg::InvalidArgument);
+}
+
+TEST_CASE("the launchers' cached device facts match the driver's", "[gpu][kv_cache]") {
+  int device = 0;
+  SPG_CUDA_TRY(cudaGetDevice(&device));
+  int sms = 0;
+  int major = 0;
+  int minor = 0;
+  SPG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SPG_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SPG_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  for (int call = 0; call < 2; ++call) {  // the first call queries, the second reads the cache
+    DeviceInfo info;
+    REQUIRE(current_device_info(info) == cudaSuccess);
+    CHECK(info.device == device);
+    CHECK(info.sms == sms);
+    CHECK(info.major == major);
+    CHECK(info.minor == minor);
+  }
 }
