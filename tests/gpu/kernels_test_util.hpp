@@ -1,5 +1,5 @@
 // Host helpers for the kernel tests: guarded device arrays, chunk metadata on the device, graph
-// capture of a launch, seeded random inputs, and bit-exact comparisons that name the worst element.
+// capture of a launch (captured_launch.hpp), seeded random inputs, and bit-exact comparisons that name the worst element.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/catch.hpp"
+#include "gpu/captured_launch.hpp"
 #include "kernels/chunk.hpp"
 #include "kernels/kv_cache/kv_cache.hpp"
 #include "kernels/reference/kv_cache_reference.hpp"
@@ -137,36 +138,6 @@ inline kernels::reference::HostChunk make_chunk(const std::vector<int>& seq_lens
   c.scalars.m_rows = max_rows + max_gather + m_slack;
   return c;
 }
-
-/// @brief Captures `record` (launches on `stream`) into a graph, thread-local mode, and replays it.
-class CapturedLaunch {
- public:
-  CapturedLaunch(cudaStream_t stream, const std::function<cudaError_t()>& record) {
-    SPG_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const cudaError_t recorded = record();
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-    SPG_CUDA_TRY(recorded);
-    SPG_CUDA_TRY(ended);
-    graph_ = graph;
-    SPG_CUDA_TRY(cudaGraphInstantiate(&exec_, graph_, 0));
-  }
-  ~CapturedLaunch() {
-    if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
-    if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
-  }
-  CapturedLaunch(const CapturedLaunch&) = delete;
-  CapturedLaunch& operator=(const CapturedLaunch&) = delete;
-
-  void replay(cudaStream_t stream) const {
-    SPG_CUDA_TRY(cudaGraphLaunch(exec_, stream));
-    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
-  }
-
- private:
-  cudaGraph_t graph_{nullptr};
-  cudaGraphExec_t exec_{nullptr};
-};
 
 /// How a case launches its op: eagerly, or captured once and replayed on two metadata sets.
 enum class LaunchMode { eager, graph };

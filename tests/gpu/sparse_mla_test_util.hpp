@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/captured_launch.hpp"
 #include "kernels/reference/accuracy.hpp"
 #include "kernels/reference/sparse_mla_reference.hpp"
 #include "kernels/sparse_mla/sparse_mla.hpp"
@@ -145,32 +146,6 @@ class DeviceArray {
 
 enum class Mode { eager, graph };
 inline const char* mode_name(Mode m) { return m == Mode::eager ? "eager" : "graph"; }
-
-/// Captured graph of `launch(stream)` (thread-local capture mode on a non-default stream).
-class CapturedGraph {
- public:
-  CapturedGraph(cudaStream_t stream, const std::function<void(cudaStream_t)>& launch) {
-    SPG_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    launch(stream);
-    cudaGraph_t graph = nullptr;
-    SPG_CUDA_TRY(cudaStreamEndCapture(stream, &graph));
-    const cudaError_t st = cudaGraphInstantiate(&exec_, graph, 0);
-    cudaGraphDestroy(graph);
-    SPG_CUDA_TRY(st);
-  }
-  ~CapturedGraph() {
-    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
-  }
-  CapturedGraph(const CapturedGraph&) = delete;
-  CapturedGraph& operator=(const CapturedGraph&) = delete;
-  void replay(cudaStream_t stream) const {
-    SPG_CUDA_TRY(cudaGraphLaunch(exec_, stream));
-    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
-  }
-
- private:
-  cudaGraphExec_t exec_{nullptr};
-};
 
 // ---- checks against the reference (docs/pipeline.md, "Accuracy bars")
 

@@ -204,9 +204,7 @@ Outputs run_mode(DeviceProblem& d, Mode mode, cudaStream_t stream) {
     REQUIRE(d.launch(stream) == cudaSuccess);
     SPG_CUDA_TRY(cudaStreamSynchronize(stream));
   } else {
-    cudaError_t status = cudaSuccess;
-    CapturedGraph graph(stream, [&](cudaStream_t s) { status = d.launch(s); });
-    REQUIRE(status == cudaSuccess);
+    const spg::test::CapturedLaunch graph(stream, [&] { return d.launch(stream); });
     graph.replay(stream);
   }
   return download(d);
@@ -498,9 +496,7 @@ TEST_CASE("sparse_mla: one captured graph serves new per-step metadata", "[gpu][
     CHECK(split == (s_q == 16));
     CHECK(plan.kernel == (s_q == 16 ? k::SparseMlaKernel::mma_split_topk : k::SparseMlaKernel::wgmma_single_pass));
     d.poison();
-    cudaError_t status = cudaSuccess;
-    CapturedGraph graph(stream.get(), [&](cudaStream_t s) { status = d.launch(s); });
-    REQUIRE(status == cudaSuccess);
+    const spg::test::CapturedLaunch graph(stream.get(), [&] { return d.launch(stream.get()); });
     const auto tokens = all_tokens(p.s_q);
     for (int step = 0; step < 3; ++step) {
       if (step > 0) {  // new device metadata, same graph
@@ -572,9 +568,7 @@ TEST_CASE("sparse_mla: s_q = 70000 at h_q 128 runs past the 65535 grid limit", "
         REQUIRE(d.launch(stream.get()) == cudaSuccess);
         SPG_CUDA_TRY(cudaStreamSynchronize(stream.get()));
       } else {
-        cudaError_t status = cudaSuccess;
-        CapturedGraph graph(stream.get(), [&](cudaStream_t s) { status = d.launch(s); });
-        REQUIRE(status == cudaSuccess);
+        const spg::test::CapturedLaunch graph(stream.get(), [&] { return d.launch(stream.get()); });
         graph.replay(stream.get());
       }
       Outputs got;
@@ -649,13 +643,11 @@ TEST_CASE("sparse_mla: tokens at or past num_tokens come out as empty rows", "[g
     p.num_tokens = p.s_q;
     const auto tokens = all_tokens(p.s_q);
     std::vector<std::unique_ptr<DeviceProblem>> devs;
-    std::vector<std::unique_ptr<CapturedGraph>> graphs;
+    std::vector<std::unique_ptr<spg::test::CapturedLaunch>> graphs;
     for (const auto path : kAllKernels) {
       devs.push_back(std::make_unique<DeviceProblem>(p, path, 3));
-      cudaError_t status = cudaSuccess;
       DeviceProblem& d = *devs.back();
-      graphs.push_back(std::make_unique<CapturedGraph>(stream.get(), [&](cudaStream_t s) { status = d.launch(s); }));
-      REQUIRE(status == cudaSuccess);
+      graphs.push_back(std::make_unique<spg::test::CapturedLaunch>(stream.get(), [&] { return d.launch(stream.get()); }));
     }
     for (const int num_tokens : {31, 0, 1, 45, 60}) {
       p.num_tokens = num_tokens;
