@@ -1,6 +1,6 @@
 // Host side of sparse MLA attention: argument checks, the path and kernel choice, and the
-// launches of the wgmma single pass, the mma.sync single pass or the mma.sync split top-k + merge
-// (see sparse_mla.hpp).
+// launches of the wgmma or mma.sync kernel, single pass or over top-k slices + merge (see
+// sparse_mla.hpp).
 #include "kernels/sparse_mla/sparse_mla.hpp"
 
 #include <algorithm>
@@ -27,22 +27,23 @@ std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1)
 // The wgmma kernel is built for sm_90a only (wgmma, setmaxnreg).
 bool runs_wgmma(const DeviceInfo& info) noexcept { return info.major == 9 && info.minor == 0; }
 
-/// The fewest slices `automatic` splits into (see make_plan).
-constexpr int kMinAutomaticSplits = 4;
+/// The fewest pairs of 64-row blocks per item a split must save before `automatic` takes it:
+/// the merge kernel and the partials' traffic cost about one pair's time.
+constexpr int kMinPairsSaved = 2;
 
-// Slices per (token, 64 heads) when the single pass would leave SMs idle: enough CTAs for one
-// wave of one CTA per SM (the kernel's shared memory allows one), never more than the 64-row
-// blocks of the top-k range.
-int automatic_splits(std::int64_t ctas, int blocks, int sms) noexcept {
-  if (ctas >= sms) return 1;
-  return static_cast<int>(std::min<std::int64_t>(sms / ctas, blocks));
+// Slices per (token, 64 heads) when the single pass would leave SMs idle: enough items for one
+// wave of one CTA per SM (the kernels' shared memory allows one), never more than `units`.
+int automatic_splits(std::int64_t items, int units, int sms) noexcept {
+  if (items >= sms) return 1;
+  return static_cast<int>(std::min<std::int64_t>(sms / items, units));
 }
 
 SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
   const int blocks = a.topk / kSparseMlaBlockRows;
-  const std::int64_t ctas = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta);
+  const int pairs = (blocks + 1) / 2;
+  const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta);
   SparseMlaPlan plan;
-  int n = 1;
+  int per_split = blocks;  // 64-row blocks per slice
   switch (a.path) {
     case SparseMlaPath::single_pass:
       plan.kernel = SparseMlaKernel::wgmma_single_pass;
@@ -51,26 +52,32 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
       plan.kernel = SparseMlaKernel::mma_single_pass;
       break;
     case SparseMlaPath::split_topk:
+    case SparseMlaPath::split_topk_mma: {
       plan.split = true;
-      plan.kernel = SparseMlaKernel::mma_split_topk;
-      n = a.num_splits > 0 ? a.num_splits : std::max(2, automatic_splits(ctas, blocks, sms));
+      plan.kernel = a.path == SparseMlaPath::split_topk ? SparseMlaKernel::wgmma_split_topk
+                                                        : SparseMlaKernel::mma_split_topk;
+      const int n = a.num_splits > 0 ? a.num_splits : std::max(2, automatic_splits(items, blocks, sms));
+      per_split = (blocks + n - 1) / n;
       break;
+    }
     case SparseMlaPath::automatic:
-    default:
-      // The wgmma single pass runs a block about twice as fast as the mma.sync split kernel, so
-      // splitting pays only when the single pass would leave three quarters of the SMs idle or
-      // more (measured on the H200: h_q 64, s_q 64 runs 28 us single, 38 us split in two; s_q 16
-      // runs 26 us single, 25 us split in eight).
-      n = automatic_splits(ctas, blocks, sms);
-      if (n < kMinAutomaticSplits) n = 1;
-      plan.split = n > 1;
-      plan.kernel = plan.split ? SparseMlaKernel::mma_split_topk : SparseMlaKernel::wgmma_single_pass;
+    default: {
+      // The wgmma kernel runs the blocks of an item in pairs, so slices hold whole pairs.
+      const int n = automatic_splits(items, pairs, sms);
+      const int pairs_per_split = (pairs + n - 1) / n;
+      plan.split = n >= 2 && pairs - pairs_per_split >= kMinPairsSaved;
+      plan.kernel = plan.split ? SparseMlaKernel::wgmma_split_topk : SparseMlaKernel::wgmma_single_pass;
+      if (plan.split) per_split = 2 * pairs_per_split;
       break;
+    }
   }
-  n = std::clamp(n, 1, std::max(blocks, 1));
-  plan.blocks_per_split = (blocks + n - 1) / n;
+  plan.blocks_per_split = std::clamp(per_split, 1, std::max(blocks, 1));
   plan.num_splits = (blocks + plan.blocks_per_split - 1) / plan.blocks_per_split;
   return plan;
+}
+
+bool is_wgmma(SparseMlaKernel k) noexcept {
+  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk;
 }
 
 std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
@@ -85,10 +92,10 @@ std::size_t plan_workspace(const SparseMlaArgs& a, const SparseMlaPlan& plan) no
          round_up(rows * static_cast<std::size_t>(plan.num_splits) * sizeof(float2), kWorkspaceAlign);
 }
 
-// A single-pass kernel (wgmma, or the mma.sync kernel that also runs the split slices): its
+// The wgmma or the mma.sync kernel (each runs single passes and split slices alike): its
 // shared-memory opt-in is made once per device, not on every launch.
 template <int D, bool kWgmma>
-cudaError_t launch_single(const detail::SparseMlaParams& p, unsigned grid, const DeviceInfo& info,
+cudaError_t launch_attention(const detail::SparseMlaParams& p, unsigned grid, const DeviceInfo& info,
                           cudaStream_t stream) noexcept {
   static std::atomic<std::uint64_t> smem_allowed{0};
   constexpr int smem = kWgmma ? detail::WgmmaSmem<D>::kAlloc : detail::MlaSmem<D>::kBytes;
@@ -97,7 +104,6 @@ cudaError_t launch_single(const detail::SparseMlaParams& p, unsigned grid, const
   const cudaError_t status = allow_dynamic_smem_once(kernel, smem, info, smem_allowed);
   if (status != cudaSuccess) return status;
   if constexpr (kWgmma) {
-    // One CTA per (token, 64 heads) on a 1-D grid (can_implement bounds it by 2^31 - 1).
     detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, smem, stream>>>(p);
   } else {
     detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, smem, stream>>>(p);
@@ -129,7 +135,8 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   SPG_EXPECTS(aligned(a.max_logits, 4) && aligned(a.lse, 4), "max_logits and lse must be 4-byte aligned");
   SPG_EXPECTS(std::isfinite(a.sm_scale), "sm_scale = " << a.sm_scale << " must be finite");
   SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
-                  a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma,
+                  a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma ||
+                  a.path == SparseMlaPath::split_topk_mma,
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
@@ -145,10 +152,10 @@ SparseMlaPlan SparseMla::plan(const SparseMlaArgs& args) {
   DeviceInfo info;
   SPG_CUDA_TRY(current_device_info(info));
   const SparseMlaPlan plan = make_plan(args, info.sms);
-  SPG_EXPECTS(plan.kernel != SparseMlaKernel::wgmma_single_pass || runs_wgmma(info),
-              "path = " << static_cast<int>(args.path) << " selects the wgmma single pass, which needs a compute "
-                        << "capability 9.0 device; this one is " << info.major << "." << info.minor
-                        << " (choose path single_pass_mma or split_topk)");
+  SPG_EXPECTS(!is_wgmma(plan.kernel) || runs_wgmma(info),
+              "path = " << static_cast<int>(args.path) << " selects the " << sparse_mla_kernel_name(plan.kernel)
+                        << " kernel, which needs a compute capability 9.0 device; this one is " << info.major << "."
+                        << info.minor << " (choose path single_pass_mma or split_topk_mma)");
   return plan;
 }
 
@@ -161,7 +168,7 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   const int sms = info.sms;
   const SparseMlaPlan plan = make_plan(a, sms);
   if (plan.split && (workspace == nullptr || !aligned(workspace, kWorkspaceAlign))) return cudaErrorInvalidValue;
-  if (plan.kernel == SparseMlaKernel::wgmma_single_pass && !runs_wgmma(info)) return cudaErrorInvalidDevice;
+  if (is_wgmma(plan.kernel) && !runs_wgmma(info)) return cudaErrorInvalidDevice;
 
   detail::SparseMlaParams p{};
   p.q = a.q;
@@ -187,17 +194,18 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
     p.part_o = reinterpret_cast<float*>(base);
     p.part_ml = reinterpret_cast<float2*>(base + partial_o_bytes(a, plan));
   }
-  if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
-    p.num_items = a.s_q * (a.h_q / kSparseMlaHeadsPerCta);
-    const auto grid = static_cast<unsigned>(p.num_items);
-    return a.d_qk == 512 ? launch_single<512, true>(p, grid, info, stream) : launch_single<576, true>(p, grid, info, stream);
-  }
-  // Persistent CTAs, one per SM (the shared-memory plan admits one); each walks a stride of items.
+  // Persistent CTAs, at most one per SM (the kernels' shared memory admits one); each walks a
+  // stride of the items (can_implement bounds their count by 2^31 - 1).
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(items, sms));
-  status = a.d_qk == 512 ? launch_single<512, false>(p, grid, info, stream)
-                         : launch_single<576, false>(p, grid, info, stream);
+  if (is_wgmma(plan.kernel)) {
+    status = a.d_qk == 512 ? launch_attention<512, true>(p, grid, info, stream)
+                           : launch_attention<576, true>(p, grid, info, stream);
+  } else {
+    status = a.d_qk == 512 ? launch_attention<512, false>(p, grid, info, stream)
+                           : launch_attention<576, false>(p, grid, info, stream);
+  }
   if (status != cudaSuccess || !plan.split) return status;
 
   detail::SparseMlaMergeParams m{};

@@ -25,33 +25,39 @@ inline constexpr int kSparseMlaBlockRows = 64;
 /// @brief How the top-k range of a token is covered, and by which kernel.
 ///
 /// `automatic` picks the wgmma single pass, except where one CTA per (token, 64 heads) would leave
-/// three quarters of the SMs or more idle: when CTAs = s_q * (h_q / 64) and
-/// min(SMs / CTAs, topk / 64) >= 4 (integer division; on 132 SMs e.g. s_q 1 or 16 with topk >= 256),
-/// it picks split_topk with that many slices. The choice depends on the static arguments and the
-/// SM count only.
+/// half the SMs or more idle and the top-k range is long enough to share: with
+/// items = s_q * (h_q / 64) and pairs = topk / 128 (64-row blocks are run in pairs), it splits
+/// into n = min(SMs / items, pairs) slices of ceil(pairs / n) pairs when that saves at least two
+/// pairs per item (on 132 SMs e.g. s_q 16 with topk >= 512). The choice depends on the static
+/// arguments and the SM count only.
 enum class SparseMlaPath : std::int32_t {
   automatic = 0,    ///< single_pass, or split_topk when the single pass would leave SMs idle
-  single_pass = 1,  ///< the wgmma single pass (sm_90 only): one CTA per (token, 64 heads)
-  split_topk = 2,   ///< mma.sync CTAs own slices of the top-k range; a second kernel merges them
+  single_pass = 1,  ///< the wgmma single pass (sm_90 only): one item per (token, 64 heads)
+  split_topk = 2,   ///< the wgmma kernel over slices of the top-k range (sm_90 only) + a merge kernel
   /// The mma.sync single pass: persistent CTAs, each walking (token, 64 heads) items over the
   /// whole top-k range. Runs on any device the build targets; kept to cross-check the wgmma
   /// kernel and as its performance baseline.
   single_pass_mma = 3,
+  split_topk_mma = 4,  ///< the mma.sync kernel over top-k slices + the merge kernel (any device)
 };
 
 /// @brief The kernel(s) a plan launches.
 enum class SparseMlaKernel : std::int32_t {
-  /// Warp-specialized sm_90a kernel: a producer warpgroup gathers kv rows with cp.async into
-  /// mbarrier-guarded buffers, two consumer warpgroups run Q K^T and P V on wgmma, blocks in pairs.
+  /// Warp-specialized sm_90a kernel: persistent CTAs; a producer warpgroup gathers kv rows with
+  /// cp.async into mbarrier-guarded buffers, two consumer warpgroups run Q K^T and P V on wgmma,
+  /// blocks in pairs.
   wgmma_single_pass = 0,
-  mma_single_pass = 1,  ///< persistent mma.sync kernel, whole top-k range per item
-  mma_split_topk = 2,   ///< mma.sync partial kernel over top-k slices + merge kernel
+  mma_single_pass = 1,   ///< persistent mma.sync kernel, whole top-k range per item
+  mma_split_topk = 2,    ///< mma.sync partial kernel over top-k slices + merge kernel
+  wgmma_split_topk = 3,  ///< the wgmma kernel over top-k slices + merge kernel
 };
 
-/// @brief Short name of a kernel ("wgmma", "mma", "mma-split"), for logs and benchmark tables.
+/// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split"), for logs and
+/// benchmark tables.
 constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
   switch (k) {
     case SparseMlaKernel::wgmma_single_pass: return "wgmma";
+    case SparseMlaKernel::wgmma_split_topk: return "wgmma-split";
     case SparseMlaKernel::mma_single_pass: return "mma";
     case SparseMlaKernel::mma_split_topk: return "mma-split";
   }
@@ -79,7 +85,7 @@ struct SparseMlaArgs {
   float* max_logits{nullptr};   ///< [s_q, h_q]
   float* lse{nullptr};          ///< [s_q, h_q], natural log, sink not included
   SparseMlaPath path{SparseMlaPath::automatic};
-  /// split_topk only: number of top-k slices; 0 lets the shape choose.
+  /// split_topk / split_topk_mma only: number of top-k slices; 0 lets the shape choose.
   int num_splits{0};
 };
 
@@ -101,9 +107,9 @@ struct SparseMla {
 
   /// @brief The plan run() will launch for these arguments on the current device.
   /// @throws CudaError when the device cannot be queried.
-  /// @throws InvalidArgument when the plan's kernel is the wgmma single pass and the current
-  ///         device is not compute capability 9.0 (there is no silent fallback: choose
-  ///         single_pass_mma or split_topk explicitly there).
+  /// @throws InvalidArgument when the plan's kernel is a wgmma kernel and the current device is
+  ///         not compute capability 9.0 (there is no silent fallback: choose single_pass_mma or
+  ///         split_topk_mma explicitly there).
   static SparseMlaPlan plan(const SparseMlaArgs& args);
 
   /// @brief Workspace run() needs: the split-top-k partials (fp32), 0 for the single passes.
@@ -114,7 +120,7 @@ struct SparseMla {
   ///        nothing (call can_implement and plan first), so it can be captured. `workspace` must
   ///        hold workspace_bytes(args) bytes, 256-byte aligned. Returns cudaGetLastError() after
   ///        the launches, or cudaErrorInvalidDevice without launching when the plan's kernel is
-  ///        the wgmma single pass and the device is not compute capability 9.0.
+  ///        a wgmma kernel and the device is not compute capability 9.0.
   static cudaError_t run(const SparseMlaArgs& args, void* workspace, cudaStream_t stream) noexcept;
 };
 

@@ -153,11 +153,13 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
                              (row.s_q != 4096 ? "/sq" + std::to_string(row.s_q) : std::string());
     const bool small = row.s_q != 4096;
     // Every row also times the mma.sync single pass (the wgmma kernel's baseline); small chunks
-    // also time the wgmma single pass and split top-k, to show what the automatic choice buys.
+    // also time the wgmma single pass and both split top-k kernels, to show what the automatic
+    // choice buys.
     std::vector<std::pair<kernels::SparseMlaPath, const char*>> variants = {{kernels::SparseMlaPath::automatic, "spgraph"}};
     if (small) {
       variants.push_back({kernels::SparseMlaPath::single_pass, "spgraph-single-pass"});
       variants.push_back({kernels::SparseMlaPath::split_topk, "spgraph-split-topk"});
+      variants.push_back({kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"});
     }
     variants.push_back({kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"});
     for (const auto& [path, variant] : variants) {

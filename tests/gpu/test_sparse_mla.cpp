@@ -243,14 +243,16 @@ int sm_count() {
   return sms;
 }
 
-/// The automatic rule of sparse_mla.hpp, restated: split top-k when one CTA per (token, 64 heads)
-/// leaves three quarters of the SMs or more idle and at least four slices fit, else the wgmma
-/// single pass.
+/// The automatic rule of sparse_mla.hpp, restated: the wgmma kernel over slices of whole block
+/// pairs when one item per (token, 64 heads) leaves half the SMs or more idle and the split saves
+/// two pairs or more per item, else the wgmma single pass.
 k::SparseMlaKernel expected_automatic(const Problem& p) {
   const std::int64_t sms = sm_count();
-  const std::int64_t ctas = std::int64_t{p.s_q} * (p.h_q / 64);
-  const std::int64_t n = ctas >= sms ? 1 : std::min<std::int64_t>(sms / ctas, p.topk / 64);
-  return n >= 4 ? k::SparseMlaKernel::mma_split_topk : k::SparseMlaKernel::wgmma_single_pass;
+  const std::int64_t items = std::int64_t{p.s_q} * (p.h_q / 64);
+  const std::int64_t pairs = (p.topk / 64 + 1) / 2;
+  const std::int64_t n = items >= sms ? 1 : std::min<std::int64_t>(sms / items, pairs);
+  const bool split = n >= 2 && pairs - (pairs + n - 1) / n >= 2;
+  return split ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass;
 }
 
 std::string plan_name(const k::SparseMlaPlan& plan) {
@@ -278,9 +280,13 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
   }
 }
 
-/// The three kernels, by their explicit paths.
-const std::vector<k::SparseMlaPath> kAllKernels = {k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_mma,
-                                                   k::SparseMlaPath::split_topk};
+/// The four kernels, by their explicit paths.
+const std::vector<k::SparseMlaPath> kAllKernels = {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk,
+                                                   k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma};
+
+bool is_split(k::SparseMlaPath path) {
+  return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma;
+}
 
 /// `p` with kv rows re-laid at `stride` elements; the padding past d_qk holds NaN, so a kernel
 /// that reads it fails.
@@ -301,7 +307,7 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
       for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_mma,
-                              k::SparseMlaPath::split_topk}) {
+                              k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma}) {
         Problem full = make_problem({d_qk, h_q, 1000, 256, 37}, {.sink = true}, 11 + d_qk + h_q);
         full.topk_length.assign(static_cast<std::size_t>(full.s_q), 1);
         Problem first = full;
@@ -312,8 +318,8 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
           if (i0 < 0 || i0 >= first.s_kv) i0 = (t * 37) % first.s_kv;
           full.indices[static_cast<std::size_t>(t) * full.topk] = i0;
         }
-        DeviceProblem dfull(full, path, path == k::SparseMlaPath::split_topk ? 3 : 0);
-        DeviceProblem dfirst(first, path, path == k::SparseMlaPath::split_topk ? 3 : 0);
+        DeviceProblem dfull(full, path, is_split(path) ? 3 : 0);
+        DeviceProblem dfirst(first, path, is_split(path) ? 3 : 0);
         const auto want = reference_of(first);
         for (const Mode mode : {Mode::eager, Mode::graph}) {
           const Outputs a = run_mode(dfirst, mode, stream.get());
@@ -359,15 +365,18 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
             f.padded_stride = (seed % 3) == 0;
             f.extra_invalid = (seed % 2) == 0 ? 0.05 : 0.0;
             const Problem p = make_problem({d_qk, h_q, s_kv, topk, s_q}, f, ++seed);
-            // s_q 62 and 213 run the wgmma single pass; s_q 1 splits the top-k range when four
-            // slices or more fit (topk >= 256). Each case also runs on the kernel automatic did
-            // not pick: the wgmma single pass where it splits, the split where s_q 1 does not.
+            // s_q 62 and 213 run the wgmma single pass; s_q 1 splits the top-k range where that
+            // saves two block pairs (topk >= 384). Each case also runs on the kernel automatic did
+            // not pick: the wgmma single pass where it splits, the wgmma split where s_q 1 does
+            // not; s_q 1 also runs the mma.sync split.
             const k::SparseMlaKernel chosen = expected_automatic(p);
             if (s_q >= 62) CHECK(chosen == k::SparseMlaKernel::wgmma_single_pass);
-            if (s_q == 1 && topk >= 256) CHECK(chosen == k::SparseMlaKernel::mma_split_topk);
+            if (s_q == 1) CHECK(chosen == (topk >= 384 ? k::SparseMlaKernel::wgmma_split_topk
+                                                       : k::SparseMlaKernel::wgmma_single_pass));
             std::vector<k::SparseMlaPath> paths = {k::SparseMlaPath::automatic};
             if (chosen != k::SparseMlaKernel::wgmma_single_pass) paths.push_back(k::SparseMlaPath::single_pass);
-            if (chosen != k::SparseMlaKernel::mma_split_topk && s_q == 1) paths.push_back(k::SparseMlaPath::split_topk);
+            if (chosen != k::SparseMlaKernel::wgmma_split_topk && s_q == 1) paths.push_back(k::SparseMlaPath::split_topk);
+            if (s_q == 1) paths.push_back(k::SparseMlaPath::split_topk_mma);
             check_problem(p, paths, stream.get());
           }
         }
@@ -446,40 +455,57 @@ TEST_CASE("sparse_mla: unit-variance inputs keep statistics exact and out within
 
 TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", "[gpu][sparse_mla]") {
   spg::memory::Stream stream;
-  for (const int d_qk : {512, 576}) {
-    const Problem p = make_problem({d_qk, 128, 5003, 1024, 29}, {.sink = true, .topk_length = true, .extra_invalid = 0.02},
-                                   777 + d_qk);
-    const auto want = reference_of(p);
-    const auto tokens = all_tokens(p.s_q);
-    // The split path is the mma.sync kernel cut into slices: against the mma.sync single pass its
-    // scores, hence max_logits, are bit-equal (the wgmma kernel sums Q K^T in another order).
-    DeviceProblem single(p, k::SparseMlaPath::single_pass_mma);
-    const Outputs base = run_mode(single, Mode::eager, stream.get());
-    expect_matches(base, want, p.h_q, tokens, describe(p, " single"));
-    for (const int splits : {1, 2, 3, 5, 16}) {
-      DeviceProblem split(p, k::SparseMlaPath::split_topk, splits);
-      REQUIRE(k::SparseMla::plan(split.args).split);
-      for (const Mode mode : {Mode::eager, Mode::graph}) {
-        const Outputs got = run_mode(split, mode, stream.get());
-        const std::string label = describe(p, " split ") + std::to_string(splits) + " " + mode_name(mode);
-        expect_matches(got, want, p.h_q, tokens, label);
-        // Against the single pass: each is within the bars of the reference, so the two are within
-        // twice the bars of each other; max_logits are bit-equal (same scores, same max).
-        std::vector<double> base_out(base.out.size());
-        for (std::size_t i = 0; i < base.out.size(); ++i) base_out[i] = bf16_to_f32(base.out[i]);
-        const Verdict vs = check_out(got.out, base_out, p.h_q, tokens, label + " against the single pass", 2.0);
-        INFO(vs.message);
-        CHECK(vs.ok);
-        std::size_t lse_off = 0;
-        std::size_t max_off = 0;
-        for (std::size_t i = 0; i < got.lse.size(); ++i) {
-          const bool inf = std::isinf(base.lse[i]) || std::isinf(got.lse[i]);
-          lse_off += inf ? got.lse[i] != base.lse[i]
-                         : !(std::fabs(got.lse[i] - base.lse[i]) <= 2e-5f * std::max(1.0f, std::fabs(base.lse[i])));
-          max_off += std::memcmp(&got.max_logits[i], &base.max_logits[i], 4) != 0;
+  struct Pair {
+    k::SparseMlaPath single;
+    k::SparseMlaPath split;
+    /// The mma.sync split is its single pass cut into slices: same scores, so max_logits are
+    /// bit-equal. The wgmma kernel sums Q K^T of a block in an order that depends on which
+    /// consumer warpgroup takes it (the block's parity in its slice), so there they are close.
+    bool max_bit_equal;
+  };
+  for (const Pair& pair : {Pair{k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma, true},
+                           Pair{k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk, false}}) {
+    for (const int d_qk : {512, 576}) {
+      const Problem p = make_problem({d_qk, 128, 5003, 1024, 29},
+                                     {.sink = true, .topk_length = true, .extra_invalid = 0.02}, 777 + d_qk);
+      const auto want = reference_of(p);
+      const auto tokens = all_tokens(p.s_q);
+      DeviceProblem single(p, pair.single);
+      const Outputs base = run_mode(single, Mode::eager, stream.get());
+      const std::string single_name = plan_name(k::SparseMla::plan(single.args));
+      expect_matches(base, want, p.h_q, tokens, describe(p) + single_name);
+      for (const int splits : {1, 2, 3, 5, 16}) {
+        DeviceProblem split(p, pair.split, splits);
+        const k::SparseMlaPlan plan = k::SparseMla::plan(split.args);
+        REQUIRE(plan.split);
+        for (const Mode mode : {Mode::eager, Mode::graph}) {
+          const Outputs got = run_mode(split, mode, stream.get());
+          const std::string label = describe(p) + plan_name(plan) + " " + mode_name(mode);
+          expect_matches(got, want, p.h_q, tokens, label);
+          // Against the single pass: each is within the bars of the reference, so the two are
+          // within twice the bars of each other.
+          std::vector<double> base_out(base.out.size());
+          for (std::size_t i = 0; i < base.out.size(); ++i) base_out[i] = bf16_to_f32(base.out[i]);
+          const Verdict vs = check_out(got.out, base_out, p.h_q, tokens, label + " against" + single_name, 2.0);
+          INFO(vs.message);
+          CHECK(vs.ok);
+          std::size_t lse_off = 0;
+          std::size_t max_off = 0;
+          for (std::size_t i = 0; i < got.lse.size(); ++i) {
+            const bool inf = std::isinf(base.lse[i]) || std::isinf(got.lse[i]);
+            lse_off += inf ? got.lse[i] != base.lse[i]
+                           : !(std::fabs(got.lse[i] - base.lse[i]) <= 2e-5f * std::max(1.0f, std::fabs(base.lse[i])));
+            if (pair.max_bit_equal || std::isinf(base.max_logits[i]) || std::isinf(got.max_logits[i])) {
+              max_off += std::memcmp(&got.max_logits[i], &base.max_logits[i], 4) != 0;
+            } else {
+              max_off += !(std::fabs(got.max_logits[i] - base.max_logits[i]) <=
+                           1e-5f * std::max(1.0f, std::fabs(base.max_logits[i])));
+            }
+          }
+          INFO(label << ": " << lse_off << " lse and " << max_off << " max_logits off the single pass");
+          CHECK(lse_off == 0);
+          CHECK(max_off == 0);
         }
-        CHECK(lse_off == 0);
-        CHECK(max_off == 0);
       }
     }
   }
@@ -487,14 +513,14 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
 
 TEST_CASE("sparse_mla: one captured graph serves new per-step metadata", "[gpu][sparse_mla]") {
   spg::memory::Stream stream;
-  for (const int s_q : {16, 301}) {  // 16 tokens of 128 heads picks the split path, 301 the single pass
+  for (const int s_q : {16, 301}) {  // 16 tokens of 128 heads picks the wgmma split, 301 the single pass
     Problem p = make_problem({512, 128, 4001, 640, s_q}, {.sink = true, .topk_length = true}, 4242 + s_q);
     p.num_tokens = s_q - 7;
     DeviceProblem d(p, k::SparseMlaPath::automatic);
     const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
     const bool split = plan.split;
     CHECK(split == (s_q == 16));
-    CHECK(plan.kernel == (s_q == 16 ? k::SparseMlaKernel::mma_split_topk : k::SparseMlaKernel::wgmma_single_pass));
+    CHECK(plan.kernel == (s_q == 16 ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass));
     d.poison();
     const spg::test::CapturedLaunch graph(stream.get(), [&] { return d.launch(stream.get()); });
     const auto tokens = all_tokens(p.s_q);
@@ -690,7 +716,7 @@ TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][s
     for (const std::int64_t extra : {8, d_qk + 200}) {
       const Problem base = make_problem({d_qk, 128, 1201, 448, 71}, {.sink = true, .topk_length = true}, ++seed);
       check_problem(with_stride(base, d_qk + extra), {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma,
-                                                      k::SparseMlaPath::split_topk},
+                                                      k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma},
                     stream.get(), 4);
     }
   }
@@ -724,14 +750,22 @@ TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_ml
     CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::mma_single_pass);
     CHECK_FALSE(k::SparseMla::plan(a).split);
     a.path = k::SparseMlaPath::split_topk;
+    CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::wgmma_split_topk);
+    CHECK(k::SparseMla::plan(a).split);
+    CHECK(k::SparseMla::workspace_bytes(a) > 0);
+    a.path = k::SparseMlaPath::split_topk_mma;
     CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::mma_split_topk);
     CHECK(k::SparseMla::plan(a).split);
     a.path = k::SparseMlaPath::automatic;
     const k::SparseMlaPlan plan = k::SparseMla::plan(a);
     CHECK(plan.kernel == expected_automatic(p));
-    CHECK(plan.split == (plan.kernel == k::SparseMlaKernel::mma_split_topk));
+    CHECK(plan.split == (plan.kernel == k::SparseMlaKernel::wgmma_split_topk));
     if (s_q >= 213) CHECK(plan.kernel == k::SparseMlaKernel::wgmma_single_pass);
-    if (s_q <= 16) CHECK(plan.kernel == k::SparseMlaKernel::mma_split_topk);
+    if (s_q <= 16) {
+      // topk 1152 = 9 block pairs; 132 SMs over s_q * 2 items: slices of whole pairs
+      CHECK(plan.kernel == k::SparseMlaKernel::wgmma_split_topk);
+      CHECK(plan.blocks_per_split % 2 == 0);
+    }
   }
 }
 
