@@ -140,6 +140,8 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
+  SPG_EXPECTS(a.items_per_cta >= 0 && a.items_per_cta <= (1 << 20),
+              "items_per_cta = " << a.items_per_cta << " must be in [0, 2^20] (0: the default)");
   const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
@@ -194,15 +196,18 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
     p.part_o = reinterpret_cast<float*>(base);
     p.part_ml = reinterpret_cast<float2*>(base + partial_o_bytes(a, plan));
   }
-  // Persistent CTAs, at most one per SM (the kernels' shared memory admits one); each walks a
-  // stride of the items (can_implement bounds their count by 2^31 - 1).
+  // can_implement bounds the number of items by 2^31 - 1.
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
-  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(items, sms));
   if (is_wgmma(plan.kernel)) {
+    // CTAs of items_per_cta items each, one per SM at a time (the shared memory admits one).
+    p.items_per_cta = a.items_per_cta > 0 ? a.items_per_cta : kSparseMlaItemsPerCta;
+    const auto grid = static_cast<unsigned>((items + p.items_per_cta - 1) / p.items_per_cta);
     status = a.d_qk == 512 ? launch_attention<512, true>(p, grid, info, stream)
                            : launch_attention<576, true>(p, grid, info, stream);
   } else {
+    // Persistent CTAs, one per SM (the shared memory admits one); each walks a stride of items.
+    const auto grid = static_cast<unsigned>(std::min<std::int64_t>(items, sms));
     status = a.d_qk == 512 ? launch_attention<512, false>(p, grid, info, stream)
                            : launch_attention<576, false>(p, grid, info, stream);
   }

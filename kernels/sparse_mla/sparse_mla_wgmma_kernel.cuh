@@ -1,8 +1,8 @@
 // Device code of the wgmma sparse MLA attention kernels (SparseMlaKernel::wgmma_single_pass and
-// wgmma_split_topk, see sparse_mla.hpp): sm_90a only, persistent CTAs (at most one per SM, the
-// shared-memory plan admits one), each walking work items i = blockIdx.x + k * gridDim.x of
-// p.num_items = s_q * (h_q / 64) * num_splits; an item is (token, 64 heads, top-k slice), and the
-// single pass has one slice. 384 threads = 3 warpgroups with specialized roles.
+// wgmma_split_topk, see sparse_mla.hpp): sm_90a only, one CTA per SM at a time (the shared-memory
+// plan admits one), CTA b running the work items [b * items_per_cta, (b + 1) * items_per_cta) of
+// p.num_items = s_q * (h_q / 64) * num_splits in a row; an item is (token, 64 heads, top-k slice),
+// and the single pass has one slice. 384 threads = 3 warpgroups with specialized roles.
 //
 //   WG2 (producer, 56 registers): per item, loads the 64 query rows and gathers the slice's kv
 //       rows 64 at a time with 16-byte cp.async into two swizzled [64 x D] buffers K0 / K1
@@ -23,10 +23,11 @@
 //       with P from a swizzled shared panel (SS) that the other WG wrote. WG0 issues the next
 //       pair's Q K0^T while its second P V product runs.
 //   Row sums stay per warpgroup (each only sums its own block's P) and are added in the epilogue,
-//   which stores bf16 out straight from the accumulators (the single pass) or the unnormalized
-//   fp32 O and (m, l) of the slice for the merge kernel (the split).
+//   which stores bf16 out (staged through the Q region for the CTA's last item, straight from the
+//   accumulators otherwise) or the slice's unnormalized fp32 O and (m, l) for the merge kernel.
 // Named barriers (256 threads: both consumer WGs): M0 (m0 published), M1 (m1 published), S0 / S1
-// (P panel written), L (row sums written), LRead (row sums read: the next item may write them).
+// (P panel written), L (row sums written), LRead (row sums read: the next item may write them);
+// 128-thread barriers EPI0 / EPI1 for the output staging of a CTA's last item.
 //
 // What keeps ptxas from serializing the wgmma ops or ignoring setmaxnreg (checked with
 // -Xptxas -v): the warpgroup index is broadcast with __shfl_sync so role branches are
@@ -54,7 +55,15 @@ inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 645
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
 
-enum WgmmaBarrier : int { kWgBarM0 = 1, kWgBarM1 = 2, kWgBarS0 = 3, kWgBarS1 = 4, kWgBarL = 5, kWgBarLRead = 6 };
+enum WgmmaBarrier : int {
+  kWgBarM0 = 1,
+  kWgBarM1 = 2,
+  kWgBarS0 = 3,
+  kWgBarS1 = 4,
+  kWgBarL = 5,
+  kWgBarLRead = 6,
+  kWgBarEpi0 = 7,  // and 8: one per consumer WG, the output staging of a CTA's last item
+};
 
 /// Shared-memory plan of one d_qk (offsets from the 1024-byte aligned base).
 template <int D>
@@ -133,6 +142,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) >> 7, 0);
   const int x = static_cast<int>(threadIdx.x) & 127;
   float* mask_s = reinterpret_cast<float*>(sm + L::kOffMask);
+  // This CTA's items (unsigned: num_items <= 2^31 - 1, so the bounds never wrap).
+  const std::uint32_t item_begin = blockIdx.x * static_cast<std::uint32_t>(p.items_per_cta);
+  const std::uint32_t item_end =
+      min(item_begin + static_cast<std::uint32_t>(p.items_per_cta), static_cast<std::uint32_t>(p.num_items));
 
   if (wg == 2) {
     // ------------------------------------------------------------------ producer
@@ -141,7 +154,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     std::uint32_t fills = 0;  // pairs gathered over all items so far: the K buffers' phase
     int k = 0;
-    for (std::uint32_t item = blockIdx.x; item < static_cast<std::uint32_t>(p.num_items); item += gridDim.x, ++k) {
+    for (std::uint32_t item = item_begin; item < item_end; ++item, ++k) {
       const WgmmaItem it = wgmma_item(p, static_cast<int>(item));
       // Q of this item, once the consumers are past the previous item's last Q K^T.
       auto load_q = [&] {
@@ -307,10 +320,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     wgmma_commit();
   };
 
-  // Items are counted in unsigned arithmetic: num_items <= 2^31 - 1, so item + gridDim.x never wraps.
   std::uint32_t pairs_done = 0;  // pairs consumed over all items so far: the K buffers' phase
   int k = 0;
-  for (std::uint32_t item = blockIdx.x; item < static_cast<std::uint32_t>(p.num_items); item += gridDim.x, ++k) {
+  for (std::uint32_t item = item_begin; item < item_end; ++item, ++k) {
     const WgmmaItem it = wgmma_item(p, static_cast<int>(item));
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -479,15 +491,38 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           p.lse[row0 + r] = fin.lse;
         }
       }
-      // bf16 out straight from the accumulators (shared memory is busy with the next item):
-      // a quad stores 16 contiguous bytes of a row.
-      __nv_bfloat16* gout = p.out + row0 * 512 + wg * 256 + 2 * t;
+      __nv_bfloat16* gout = p.out + row0 * 512 + wg * 256;
+      if (item + 1 == item_end) {
+        // The CTA's last item: the Q region is free (each WG passed a barrier the other arrives
+        // at after its last Q K^T), so out is staged there for 16-byte coalesced stores.
+        unsigned char* stg = sm + L::kOffQ + wg * 32768;
 #pragma unroll
-      for (int n = 0; n < 32; ++n)
+        for (int n = 0; n < 32; ++n)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<std::uint32_t*>(gout + (r0 + 8 * h) * 512 + 8 * n) =
-              pack_bf16(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]);
+          for (int h = 0; h < 2; ++h) {
+            const int r = r0 + 8 * h;
+            *reinterpret_cast<std::uint32_t*>(stg + r * 512 + ((n ^ (r & 7)) << 4) + 4 * t) =
+                pack_bf16(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]);
+          }
+        named_barrier(kWgBarEpi0 + wg, 128);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int c = x + 128 * j;
+          const int r = c >> 5;
+          const int cc = c & 31;
+          *reinterpret_cast<uint4*>(gout + r * 512 + cc * 8) =
+              *reinterpret_cast<const uint4*>(stg + r * 512 + ((cc ^ (r & 7)) << 4));
+        }
+      } else {
+        // The next item's Q is landing in the Q region: out goes straight from the
+        // accumulators, a quad storing 16 contiguous bytes of a row.
+#pragma unroll
+        for (int n = 0; n < 32; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<std::uint32_t*>(gout + (r0 + 8 * h) * 512 + 8 * n + 2 * t) =
+                pack_bf16(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]);
+      }
     }
   }
 }
