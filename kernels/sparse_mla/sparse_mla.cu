@@ -27,9 +27,10 @@ std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1)
 // The wgmma kernel is built for sm_90a only (wgmma, setmaxnreg).
 bool runs_wgmma(const DeviceInfo& info) noexcept { return info.major == 9 && info.minor == 0; }
 
-/// The fewest pairs of 64-row blocks per item a split must save before `automatic` takes it:
-/// the merge kernel and the partials' traffic cost about one pair's time.
-constexpr int kMinPairsSaved = 2;
+/// The fewest pairs of 64-row blocks per item a split must save before `automatic` takes it: the
+/// merge kernel and the partials' traffic cost about two pairs' time (measured on the H200: h_q 64,
+/// topk 640, s_q 64 runs 31.0 us single, 32.0 us in two slices, which saves two of five pairs).
+constexpr int kMinPairsSaved = 3;
 
 // Slices per (token, 64 heads) when the single pass would leave SMs idle: enough items for one
 // wave of one CTA per SM (the kernels' shared memory allows one), never more than `units`.
@@ -140,8 +141,6 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
-  SPG_EXPECTS(a.items_per_cta >= 0 && a.items_per_cta <= (1 << 20),
-              "items_per_cta = " << a.items_per_cta << " must be in [0, 2^20] (0: the default)");
   const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
@@ -200,9 +199,9 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
   if (is_wgmma(plan.kernel)) {
-    // CTAs of items_per_cta items each, one per SM at a time (the shared memory admits one).
-    p.items_per_cta = a.items_per_cta > 0 ? a.items_per_cta : kSparseMlaItemsPerCta;
-    const auto grid = static_cast<unsigned>((items + p.items_per_cta - 1) / p.items_per_cta);
+    // One CTA per item on a 1-D grid. (CTAs that run several items in a row, loading the next
+    // item's Q and first blocks while the current one finishes, measured 2-12% slower.)
+    const auto grid = static_cast<unsigned>(items);
     status = a.d_qk == 512 ? launch_attention<512, true>(p, grid, info, stream)
                            : launch_attention<576, true>(p, grid, info, stream);
   } else {

@@ -22,15 +22,12 @@ inline constexpr int kSparseMlaHeadsPerCta = 64;
 /// kv rows streamed through shared memory per step; topk must be a multiple of it.
 inline constexpr int kSparseMlaBlockRows = 64;
 
-/// Work items a wgmma CTA runs in a row unless SparseMlaArgs::items_per_cta says otherwise.
-inline constexpr int kSparseMlaItemsPerCta = 1;
-
 /// @brief How the top-k range of a token is covered, and by which kernel.
 ///
 /// `automatic` picks the wgmma single pass, except where one CTA per (token, 64 heads) would leave
 /// half the SMs or more idle and the top-k range is long enough to share: with
 /// items = s_q * (h_q / 64) and pairs = topk / 128 (64-row blocks are run in pairs), it splits
-/// into n = min(SMs / items, pairs) slices of ceil(pairs / n) pairs when that saves at least two
+/// into n = min(SMs / items, pairs) slices of ceil(pairs / n) pairs when that saves at least three
 /// pairs per item (on 132 SMs e.g. s_q 16 with topk >= 512). The choice depends on the static
 /// arguments and the SM count only.
 enum class SparseMlaPath : std::int32_t {
@@ -90,9 +87,6 @@ struct SparseMlaArgs {
   SparseMlaPath path{SparseMlaPath::automatic};
   /// split_topk / split_topk_mma only: number of top-k slices; 0 lets the shape choose.
   int num_splits{0};
-  /// wgmma kernels only: work items one CTA runs in a row, the next item's first kv blocks and
-  /// Q loading while the current one finishes; 0 takes kSparseMlaItemsPerCta.
-  int items_per_cta{0};
 };
 
 /// @brief The launch plan that the static arguments (and the device's SM count) select.
@@ -108,7 +102,7 @@ struct SparseMla {
   /// @throws InvalidArgument naming the first argument out of bounds: a null pointer, h_q not 64
   ///         or 128, d_qk not 512 or 576, topk not a positive multiple of 64, s_q < 1, s_kv < 1,
   ///         kv_row_stride < d_qk or not a multiple of 8, q/kv/out not 16-byte aligned, a
-  ///         non-finite sm_scale, num_splits outside [0, topk / 64], items_per_cta outside [0, 2^20],
+  ///         non-finite sm_scale, num_splits outside [0, topk / 64],
   ///         or more than 2^31 - 1 work items.
   static void can_implement(const SparseMlaArgs& args);
 

@@ -1,19 +1,15 @@
-// Device code of the wgmma sparse MLA attention kernels (SparseMlaKernel::wgmma_single_pass and
-// wgmma_split_topk, see sparse_mla.hpp): sm_90a only, one CTA per SM at a time (the shared-memory
-// plan admits one), CTA b running the work items [b * items_per_cta, (b + 1) * items_per_cta) of
-// p.num_items = s_q * (h_q / 64) * num_splits in a row; an item is (token, 64 heads, top-k slice),
-// and the single pass has one slice. 384 threads = 3 warpgroups with specialized roles.
+// Device code of the wgmma sparse MLA attention kernel (SparseMlaKernel::wgmma_single_pass and
+// wgmma_split_topk, see sparse_mla.hpp): sm_90a only, one CTA per work item on a 1-D grid of
+// s_q * (h_q / 64) * num_splits CTAs; an item is (token, 64 heads, top-k slice), and the single
+// pass has one slice. 384 threads = 3 warpgroups with specialized roles.
 //
-//   WG2 (producer, 56 registers): per item, loads the 64 query rows and gathers the slice's kv
+//   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, then gathers the slice's kv
 //       rows 64 at a time with 16-byte cp.async into two swizzled [64 x D] buffers K0 / K1
 //       (masked rows zero-filled and never read; a 0 / -inf bias per row goes to shared memory).
 //       Each buffer is split into a left half (panels 0-3: value columns 0-255) and a right half
 //       (panels 4.., the value columns 256-511 plus, at d_qk 576, the 64 rope columns), each with
 //       a full and an empty mbarrier, so a half is refilled as soon as its last reader is done.
-//       The buffers' phases run on across items: the next item's first pair is gathered while
-//       the consumers finish the current one, and its Q (guarded by a Q-empty mbarrier the
-//       consumers arrive at after their last Q K^T) while they run the epilogue.
-//   WG0, WG1 (consumers, 224 registers): the item's blocks are taken in pairs (2p -> K0,
+//   WG0, WG1 (consumers, 224 registers): the token's blocks are taken in pairs (2p -> K0,
 //       2p+1 -> K1). WG0 computes S0 = Q K0^T in full (64 x 64, no redundant work) and WG1
 //       S1 = Q K1^T. WG c owns output columns [256 c, 256 c + 256): a 64 x 256 fp32 accumulator.
 //       Softmax statistics are chained rather than exchanged both ways: WG0 publishes its new row
@@ -23,11 +19,10 @@
 //       with P from a swizzled shared panel (SS) that the other WG wrote. WG0 issues the next
 //       pair's Q K0^T while its second P V product runs.
 //   Row sums stay per warpgroup (each only sums its own block's P) and are added in the epilogue,
-//   which stores bf16 out (staged through the Q region for the CTA's last item, straight from the
-//   accumulators otherwise) or the slice's unnormalized fp32 O and (m, l) for the merge kernel.
+//   which writes bf16 out (single pass) or the slice's unnormalized fp32 O and (m, l) for the
+//   merge kernel (split).
 // Named barriers (256 threads: both consumer WGs): M0 (m0 published), M1 (m1 published), S0 / S1
-// (P panel written), L (row sums written), LRead (row sums read: the next item may write them);
-// 128-thread barriers EPI0 / EPI1 for the output staging of a CTA's last item.
+// (P panel written), L (row sums); 128-thread barriers EPI0 / EPI1 for the output staging.
 //
 // What keeps ptxas from serializing the wgmma ops or ignoring setmaxnreg (checked with
 // -Xptxas -v): the warpgroup index is broadcast with __shfl_sync so role branches are
@@ -55,15 +50,7 @@ inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 645
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
 
-enum WgmmaBarrier : int {
-  kWgBarM0 = 1,
-  kWgBarM1 = 2,
-  kWgBarS0 = 3,
-  kWgBarS1 = 4,
-  kWgBarL = 5,
-  kWgBarLRead = 6,
-  kWgBarEpi0 = 7,  // and 8: one per consumer WG, the output staging of a CTA's last item
-};
+enum WgmmaBarrier : int { kWgBarM0 = 1, kWgBarM1 = 2, kWgBarS0 = 3, kWgBarS1 = 4, kWgBarL = 5, kWgBarEpi0 = 6 };
 
 /// Shared-memory plan of one d_qk (offsets from the 1024-byte aligned base).
 template <int D>
@@ -71,7 +58,7 @@ struct WgmmaSmem {
   static constexpr int kPanels = D / 64;
   static constexpr int kSteps = D / 16;  // k16 steps of Q K^T
   static constexpr int kTile = 64 * D * 2;
-  static constexpr int kOffQ = 0;
+  static constexpr int kOffQ = 0;  // also the output staging area in the epilogue
   static constexpr int kOffK0 = kTile;
   static constexpr int kOffK1 = 2 * kTile;
   static constexpr int kOffS1 = 3 * kTile;
@@ -83,10 +70,11 @@ struct WgmmaSmem {
   static constexpr int kOffM0 = kOffMisc + 512;    // float [64]
   static constexpr int kOffM1 = kOffMisc + 768;    // float [64]
   static constexpr int kOffL = kOffMisc + 1024;    // float [2][64]
-  static constexpr int kOffBar = kOffMisc + 1536;  // full[2][2], empty[2][2], q full, q empty: 10 mbarriers
+  static constexpr int kOffBar = kOffMisc + 1536;  // full[2][2], empty[2][2], q: 9 mbarriers
   static constexpr int kBytes = kOffBar + 128;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
   static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
+  static_assert(2 * 64 * 256 * 2 <= kTile, "output staging must fit in the Q region");
 };
 
 /// One work item: (token, 64 heads, top-k slice) and the slice's valid index range [j0, j_end).
@@ -127,12 +115,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const std::uint32_t bar_base = sb + L::kOffBar;
   auto full_bar = [&](int b, int h) { return bar_base + static_cast<std::uint32_t>((2 * b + h) * 8); };
   auto empty_bar = [&](int b, int h) { return bar_base + 32u + static_cast<std::uint32_t>((2 * b + h) * 8); };
-  const std::uint32_t q_bar = bar_base + 64u;    // Q landed (producer: 128 arrivals)
-  const std::uint32_t q_empty = bar_base + 72u;  // Q no longer read (consumers: 256 arrivals)
+  const std::uint32_t q_bar = bar_base + 64u;
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < 9; ++i) mbar_init(bar_base + 8u * i, 128);
-    mbar_init(q_empty, 256);
     mbar_init_fence();
   }
   __syncthreads();
@@ -141,82 +127,72 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) >> 7, 0);
   const int x = static_cast<int>(threadIdx.x) & 127;
+  const WgmmaItem it = wgmma_item(p, static_cast<int>(blockIdx.x));
+  const int token = it.token;
+  const int head0 = it.head0;
+  const int n_pairs = it.n_pairs;
   float* mask_s = reinterpret_cast<float*>(sm + L::kOffMask);
-  // This CTA's items (unsigned: num_items <= 2^31 - 1, so the bounds never wrap).
-  const std::uint32_t item_begin = blockIdx.x * static_cast<std::uint32_t>(p.items_per_cta);
-  const std::uint32_t item_end =
-      min(item_begin + static_cast<std::uint32_t>(p.items_per_cta), static_cast<std::uint32_t>(p.num_items));
 
   if (wg == 2) {
     // ------------------------------------------------------------------ producer
     regs_decrease<kWgmmaProducerRegs>();
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
-    std::uint32_t fills = 0;  // pairs gathered over all items so far: the K buffers' phase
-    int k = 0;
-    for (std::uint32_t item = item_begin; item < item_end; ++item, ++k) {
-      const WgmmaItem it = wgmma_item(p, static_cast<int>(item));
-      // Q of this item, once the consumers are past the previous item's last Q K^T.
-      auto load_q = [&] {
-        if (k > 0) mbar_wait(q_empty, static_cast<std::uint32_t>(k - 1) & 1u);
-        const __nv_bfloat16* qsrc = p.q + (static_cast<std::int64_t>(it.token) * p.h_q + it.head0) * D + c8 * 8;
+    {
+      const __nv_bfloat16* qsrc = p.q + (static_cast<std::int64_t>(token) * p.h_q + head0) * D + c8 * 8;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = rsub + 16 * i;
+        const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+#pragma unroll
+        for (int pn = 0; pn < L::kPanels; ++pn) cp_async_16_l2(dst + pn * 8192, qsrc + r * D + pn * 64, 16);
+      }
+      mbar_arrive_on_cp_async(q_bar);
+      mbar_arrive(q_bar);
+    }
+    const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
+#pragma unroll
+      for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = it.j0 + (2 * pair + bb) * 64 + rsub + 16 * i;
+          int id = -1;
+          if (j < it.j_end) {  // never reads past the slice's valid part (nor past topk)
+            id = __ldg(idx_row + j);
+            if (id < 0 || id >= p.s_kv) id = -1;
+          }
+          rows[bb][i] = id;
+        }
+      const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
+      // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
+      // starts with the right half), K0 right, K1 left.
+#pragma unroll
+      for (int step = 0; step < 4; ++step) {
+        const int bb = step & 1;
+        const int hh = ((step + 1) >> 1) & 1;
+        mbar_wait(empty_bar(bb, hh), parity);
+        if (step < 2 && c8 == 0) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
+        }
+        const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
+        const int pn0 = hh ? 4 : 0;
+        const int pn1 = hh ? L::kPanels : 4;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r = rsub + 16 * i;
-          const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+          const int id = rows[bb][i];
+          const __nv_bfloat16* src = p.kv + c8 * 8;
+          if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
+          const int bytes = id >= 0 ? 16 : 0;
+          const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-          for (int pn = 0; pn < L::kPanels; ++pn) cp_async_16_l2(dst + pn * 8192, qsrc + r * D + pn * 64, 16);
+          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
         }
-        mbar_arrive_on_cp_async(q_bar);
-        mbar_arrive(q_bar);
-      };
-      if (it.n_pairs == 0) load_q();
-      const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(it.token) * p.topk;
-      for (int pair = 0; pair < it.n_pairs; ++pair, ++fills) {
-        int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
-#pragma unroll
-        for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int j = it.j0 + (2 * pair + bb) * 64 + rsub + 16 * i;
-            int id = -1;
-            if (j < it.j_end) {  // never reads past the slice's valid part (nor past topk)
-              id = __ldg(idx_row + j);
-              if (id < 0 || id >= p.s_kv) id = -1;
-            }
-            rows[bb][i] = id;
-          }
-        const std::uint32_t parity = (fills & 1u) ^ 1u;
-        // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
-        // starts with the right half), K0 right, K1 left.
-#pragma unroll
-        for (int step = 0; step < 4; ++step) {
-          const int bb = step & 1;
-          const int hh = ((step + 1) >> 1) & 1;
-          mbar_wait(empty_bar(bb, hh), parity);
-          if (step < 2 && c8 == 0) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
-          }
-          const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
-          const int pn0 = hh ? 4 : 0;
-          const int pn1 = hh ? L::kPanels : 4;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int r = rsub + 16 * i;
-            const int id = rows[bb][i];
-            const __nv_bfloat16* src = p.kv + c8 * 8;
-            if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
-            const int bytes = id >= 0 ? 16 : 0;
-            const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
-#pragma unroll
-            for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
-          }
-          mbar_arrive_on_cp_async(full_bar(bb, hh));
-          mbar_arrive(full_bar(bb, hh));
-        }
-        // The first pair's halves wait for the previous item's last pair; Q waits for its end.
-        if (pair == 0) load_q();
+        mbar_arrive_on_cp_async(full_bar(bb, hh));
+        mbar_arrive(full_bar(bb, hh));
       }
     }
     return;
@@ -238,14 +214,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   float* m1_s = reinterpret_cast<float*>(sm + L::kOffM1);
   constexpr std::uint32_t kVLbo = 64 * 128;  // MN-major V: next 64 value columns = next panel
   constexpr std::uint32_t kVSbo = 1024;      // next 8 kv rows
-  const std::int64_t rows_total = static_cast<std::int64_t>(p.s_q) * p.h_q;
 
   float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   float s[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = 0.0f;
-  float m_run[2];
-  float l_run[2];
+  float m_run[2] = {kWgmmaMInit, kWgmmaMInit};
+  float l_run[2] = {0.0f, 0.0f};
 
   // S (+)= Q K^T over k16 steps [ks0, ks1) of buffer `ka`
   auto qk_steps = [&](std::uint32_t ka, int ks0, int ks1, bool clear) {
@@ -320,211 +297,189 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     wgmma_commit();
   };
 
-  std::uint32_t pairs_done = 0;  // pairs consumed over all items so far: the K buffers' phase
-  int k = 0;
-  for (std::uint32_t item = item_begin; item < item_end; ++item, ++k) {
-    const WgmmaItem it = wgmma_item(p, static_cast<int>(item));
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    m_run[0] = m_run[1] = kWgmmaMInit;
-    l_run[0] = l_run[1] = 0.0f;
-    mbar_wait(q_bar, static_cast<std::uint32_t>(k) & 1u);
+  mbar_wait(q_bar, 0);
 
-    if (wg == 0) {
-      // -------------------------------------------------------------- WG0: blocks 2p (K0), cols 0..255
-      if (it.n_pairs > 0) {
-        const std::uint32_t ph0 = pairs_done & 1u;
-        mbar_wait(full_bar(0, 0), ph0);
+  if (wg == 0) {
+    // ---------------------------------------------------------------- WG0: blocks 2p (K0), cols 0..255
+    if (n_pairs > 0) {
+      mbar_wait(full_bar(0, 0), 0);
+      fence_proxy_async();
+      wgmma_fence();
+      qk_steps(k0a, 0, 16, true);
+      wgmma_commit();
+      mbar_wait(full_bar(0, 1), 0);
+      fence_proxy_async();
+      qk_steps(k0a, 16, L::kSteps, false);
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(s);
+    }
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
+      float mx[2];
+      scale_mask_max(0, mx);
+      float m_new[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m_run[h], mx[h]);
+      softmax_update(m_new);
+      if (t == 0) {
+        m0_s[r0] = m_new[0];
+        m0_s[r0 + 8] = m_new[1];
+      }
+      named_barrier_arrive(kWgBarM0, 256);
+      pv_rs(k0a);  // O += P0 V0[:, 0:256]
+      wgmma_wait<0>();
+      reg_fence(o);
+      mbar_arrive(empty_bar(0, 0));
+      named_barrier(kWgBarM1, 256);
+      float f[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m1 = m1_s[r0 + 8 * h];
+        f[h] = fast_exp2(m_run[h] - m1);
+        m_run[h] = m1;
+        l_run[h] *= f[h];
+      }
+      store_acc_panel(sm + L::kOffS0, s, x, f[0], f[1]);  // P0 relative to m1, for WG1
+      fence_proxy_async();
+      named_barrier_arrive(kWgBarS0, 256);
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
+      named_barrier(kWgBarS1, 256);
+      mbar_wait(full_bar(1, 0), ph);
+      fence_proxy_async();
+      pv_ss(s1a, k1a);  // O += P1 V1[:, 0:256]
+      if (pair + 1 < n_pairs) {
+        // The next pair's S0 = Q K0^T overlaps the P1 V1 product.
+        mbar_wait(full_bar(0, 0), ph ^ 1u);
         fence_proxy_async();
-        wgmma_fence();
         qk_steps(k0a, 0, 16, true);
         wgmma_commit();
-        mbar_wait(full_bar(0, 1), ph0);
+        wgmma_wait<1>();
+        reg_fence(o);
+        mbar_arrive(empty_bar(1, 0));
+        mbar_wait(full_bar(0, 1), ph ^ 1u);
         fence_proxy_async();
         qk_steps(k0a, 16, L::kSteps, false);
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(s);
-      }
-      for (int pair = 0; pair < it.n_pairs; ++pair) {
-        const std::uint32_t ph = (pairs_done + static_cast<std::uint32_t>(pair)) & 1u;
-        float mx[2];
-        scale_mask_max(0, mx);
-        float m_new[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m_run[h], mx[h]);
-        softmax_update(m_new);
-        if (t == 0) {
-          m0_s[r0] = m_new[0];
-          m0_s[r0 + 8] = m_new[1];
-        }
-        named_barrier_arrive(kWgBarM0, 256);
-        pv_rs(k0a);  // O += P0 V0[:, 0:256]
-        wgmma_wait<0>();
-        reg_fence(o);
-        mbar_arrive(empty_bar(0, 0));
-        named_barrier(kWgBarM1, 256);
-        float f[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float m1 = m1_s[r0 + 8 * h];
-          f[h] = fast_exp2(m_run[h] - m1);
-          m_run[h] = m1;
-          l_run[h] *= f[h];
-        }
-        store_acc_panel(sm + L::kOffS0, s, x, f[0], f[1]);  // P0 relative to m1, for WG1
-        fence_proxy_async();
-        named_barrier_arrive(kWgBarS0, 256);
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
-        named_barrier(kWgBarS1, 256);
-        mbar_wait(full_bar(1, 0), ph);
-        fence_proxy_async();
-        pv_ss(s1a, k1a);  // O += P1 V1[:, 0:256]
-        if (pair + 1 < it.n_pairs) {
-          // The next pair's S0 = Q K0^T overlaps the P1 V1 product.
-          mbar_wait(full_bar(0, 0), ph ^ 1u);
-          fence_proxy_async();
-          qk_steps(k0a, 0, 16, true);
-          wgmma_commit();
-          wgmma_wait<1>();
-          reg_fence(o);
-          mbar_arrive(empty_bar(1, 0));
-          mbar_wait(full_bar(0, 1), ph ^ 1u);
-          fence_proxy_async();
-          qk_steps(k0a, 16, L::kSteps, false);
-          wgmma_commit();
-          wgmma_wait<0>();
-          reg_fence(s);
-        } else {
-          wgmma_wait<0>();
-          reg_fence(o);
-          mbar_arrive(empty_bar(1, 0));
-        }
-      }
-    } else {
-      // -------------------------------------------------------------- WG1: blocks 2p+1 (K1), cols 256..511
-      for (int pair = 0; pair < it.n_pairs; ++pair) {
-        const std::uint32_t ph = (pairs_done + static_cast<std::uint32_t>(pair)) & 1u;
-        mbar_wait(full_bar(1, 1), ph);
-        fence_proxy_async();
-        wgmma_fence();
-        qk_steps(k1a, 16, L::kSteps, true);
-        wgmma_commit();
-        mbar_wait(full_bar(1, 0), ph);
-        fence_proxy_async();
-        qk_steps(k1a, 0, 16, false);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(s);
-        float mx[2];
-        scale_mask_max(1, mx);
-        named_barrier(kWgBarM0, 256);
-        float m_new[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m0_s[r0 + 8 * h], mx[h]);  // m0 >= m_run
-        softmax_update(m_new);
-        if (t == 0) {
-          m1_s[r0] = m_new[0];
-          m1_s[r0 + 8] = m_new[1];
-        }
-        named_barrier_arrive(kWgBarM1, 256);
-        pv_rs(k1a + 4 * 8192);  // O += P1 V1[:, 256:512]
-        store_acc_panel(sm + L::kOffS1, s, x, 1.0f, 1.0f);
-        fence_proxy_async();
-        named_barrier_arrive(kWgBarS1, 256);
-        named_barrier(kWgBarS0, 256);
-        mbar_wait(full_bar(0, 1), ph);
-        fence_proxy_async();
-        pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
-        wgmma_wait<1>();
-        mbar_arrive(empty_bar(1, 1));
-        wgmma_wait<0>();
-        reg_fence(o);
-        mbar_arrive(empty_bar(0, 1));
-      }
-    }
-    pairs_done += static_cast<std::uint32_t>(it.n_pairs);
-    mbar_arrive(q_empty);  // every Q K^T of the item has completed: the next Q may land
-
-    // ---------------------------------------------------------------- epilogue of the item
-    float* l_s = reinterpret_cast<float*>(sm + L::kOffL);
-    float lq[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      lq[h] = l_run[h];
-      lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 1);
-      lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 2);
-    }
-    if (t == 0) {
-      l_s[wg * 64 + r0] = lq[0];
-      l_s[wg * 64 + r0 + 8] = lq[1];
-    }
-    named_barrier(kWgBarL, 256);
-    float l_row[2];  // the row sums of both warpgroups' blocks
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l_row[h] = lq[h] + l_s[(wg ^ 1) * 64 + r0 + 8 * h];
-    named_barrier(kWgBarLRead, 256);
-    const std::int64_t row0 = static_cast<std::int64_t>(it.token) * p.h_q + it.head0;
-    if (p.write_partials) {
-      // The slice's unnormalized fp32 O and (m, l); the merge kernel weighs the slices.
-      const std::int64_t prow0 = it.split * rows_total + row0;
-      if (wg == 0 && t == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) p.part_ml[prow0 + r0 + 8 * h] = make_float2(m_run[h], l_row[h]);
-      }
-      float* po = p.part_o + prow0 * 512 + wg * 256 + 2 * t;
-#pragma unroll
-      for (int n = 0; n < 32; ++n)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<float2*>(po + (r0 + 8 * h) * 512 + 8 * n) = make_float2(o[4 * n + 2 * h], o[4 * n + 2 * h + 1]);
-    } else {
-      float inv[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        const RowFinal fin = finalize_row(m_run[h], l_row[h], p.attn_sink, it.head0 + r);
-        inv[h] = fin.inv;
-        if (wg == 0 && t == 0) {
-          p.max_logits[row0 + r] = fin.max_logit;
-          p.lse[row0 + r] = fin.lse;
-        }
-      }
-      __nv_bfloat16* gout = p.out + row0 * 512 + wg * 256;
-      if (item + 1 == item_end) {
-        // The CTA's last item: the Q region is free (each WG passed a barrier the other arrives
-        // at after its last Q K^T), so out is staged there for 16-byte coalesced stores.
-        unsigned char* stg = sm + L::kOffQ + wg * 32768;
-#pragma unroll
-        for (int n = 0; n < 32; ++n)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = r0 + 8 * h;
-            *reinterpret_cast<std::uint32_t*>(stg + r * 512 + ((n ^ (r & 7)) << 4) + 4 * t) =
-                pack_bf16(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]);
-          }
-        named_barrier(kWgBarEpi0 + wg, 128);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const int c = x + 128 * j;
-          const int r = c >> 5;
-          const int cc = c & 31;
-          *reinterpret_cast<uint4*>(gout + r * 512 + cc * 8) =
-              *reinterpret_cast<const uint4*>(stg + r * 512 + ((cc ^ (r & 7)) << 4));
-        }
       } else {
-        // The next item's Q is landing in the Q region: out goes straight from the
-        // accumulators, a quad storing 16 contiguous bytes of a row.
-#pragma unroll
-        for (int n = 0; n < 32; ++n)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            *reinterpret_cast<std::uint32_t*>(gout + (r0 + 8 * h) * 512 + 8 * n + 2 * t) =
-                pack_bf16(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]);
+        wgmma_wait<0>();
+        reg_fence(o);
+        mbar_arrive(empty_bar(1, 0));
       }
+    }
+  } else {
+    // ---------------------------------------------------------------- WG1: blocks 2p+1 (K1), cols 256..511
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
+      mbar_wait(full_bar(1, 1), ph);
+      fence_proxy_async();
+      wgmma_fence();
+      qk_steps(k1a, 16, L::kSteps, true);
+      wgmma_commit();
+      mbar_wait(full_bar(1, 0), ph);
+      fence_proxy_async();
+      qk_steps(k1a, 0, 16, false);
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(s);
+      float mx[2];
+      scale_mask_max(1, mx);
+      named_barrier(kWgBarM0, 256);
+      float m_new[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m0_s[r0 + 8 * h], mx[h]);  // m0 >= m_run
+      softmax_update(m_new);
+      if (t == 0) {
+        m1_s[r0] = m_new[0];
+        m1_s[r0 + 8] = m_new[1];
+      }
+      named_barrier_arrive(kWgBarM1, 256);
+      pv_rs(k1a + 4 * 8192);  // O += P1 V1[:, 256:512]
+      store_acc_panel(sm + L::kOffS1, s, x, 1.0f, 1.0f);
+      fence_proxy_async();
+      named_barrier_arrive(kWgBarS1, 256);
+      named_barrier(kWgBarS0, 256);
+      mbar_wait(full_bar(0, 1), ph);
+      fence_proxy_async();
+      pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
+      wgmma_wait<1>();
+      mbar_arrive(empty_bar(1, 1));
+      wgmma_wait<0>();
+      reg_fence(o);
+      mbar_arrive(empty_bar(0, 1));
     }
   }
+
+  // ------------------------------------------------------------------ epilogue (both consumer WGs)
+  float* l_s = reinterpret_cast<float*>(sm + L::kOffL);
+  float lq[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lq[h] = l_run[h];
+    lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 1);
+    lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 2);
+  }
+  if (t == 0) {
+    l_s[wg * 64 + r0] = lq[0];
+    l_s[wg * 64 + r0 + 8] = lq[1];
+  }
+  named_barrier(kWgBarL, 256);
+  const std::int64_t row0 = static_cast<std::int64_t>(token) * p.h_q + head0;
+  float l_row[2];  // the row sums of both warpgroups' blocks
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l_row[h] = lq[h] + l_s[(wg ^ 1) * 64 + r0 + 8 * h];
+  if (p.write_partials) {
+    // The slice's unnormalized fp32 O and (m, l); the merge kernel weighs the slices. A quad
+    // stores 32 contiguous bytes of a row.
+    const std::int64_t prow0 = it.split * static_cast<std::int64_t>(p.s_q) * p.h_q + row0;
+    if (wg == 0 && t == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) p.part_ml[prow0 + r0 + 8 * h] = make_float2(m_run[h], l_row[h]);
+    }
+    float* po = p.part_o + prow0 * 512 + wg * 256 + 2 * t;
+#pragma unroll
+    for (int n = 0; n < 32; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(po + (r0 + 8 * h) * 512 + 8 * n) = make_float2(o[4 * n + 2 * h], o[4 * n + 2 * h + 1]);
+    return;
+  }
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    const RowFinal fin = finalize_row(m_run[h], l_row[h], p.attn_sink, head0 + r);
+    inv[h] = fin.inv;
+    if (wg == 0 && t == 0) {
+      p.max_logits[row0 + r] = fin.max_logit;
+      p.lse[row0 + r] = fin.lse;
+    }
+  }
+  // bf16 out staged through the Q region (every Q K^T of the CTA is done: each WG passed a
+  // barrier the other arrives at after its last one), then 16-byte coalesced stores.
+  unsigned char* stg = sm + L::kOffQ + wg * 32768;
+#pragma unroll
+  for (int n = 0; n < 32; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      *reinterpret_cast<std::uint32_t*>(stg + r * 512 + ((n ^ (r & 7)) << 4) + 4 * t) =
+          pack_bf16(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]);
+    }
+  named_barrier(kWgBarEpi0 + wg, 128);
+  __nv_bfloat16* gout = p.out + row0 * 512 + wg * 256;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int c = x + 128 * j;
+    const int r = c >> 5;
+    const int cc = c & 31;
+    *reinterpret_cast<uint4*>(gout + r * 512 + cc * 8) =
+        *reinterpret_cast<const uint4*>(stg + r * 512 + ((cc ^ (r & 7)) << 4));
+  }
 }
+
 
 }  // namespace spg::kernels::detail

@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/device_info.hpp"
 #include "kernels/sparse_mla/sparse_mla.hpp"
 #include "memory/error.hpp"
 #include "memory/resources.hpp"
@@ -156,34 +155,15 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
     // Every row also times the mma.sync single pass (the wgmma kernel's baseline); small chunks
     // also time the wgmma single pass and both split top-k kernels, to show what the automatic
     // choice buys.
-    // The s_kv 8192 rows and the single-pass small rows also time the wgmma kernel with CTAs of
-    // 2, 4 and ceil(items / SMs) items (SparseMlaArgs::items_per_cta), against the default.
-    struct Variant {
-      kernels::SparseMlaPath path;
-      const char* name;
-      int items_per_cta;
-    };
-    std::vector<Variant> variants = {{kernels::SparseMlaPath::automatic, "spgraph", 0}};
+    std::vector<std::pair<kernels::SparseMlaPath, const char*>> variants = {{kernels::SparseMlaPath::automatic, "spgraph"}};
     if (small) {
-      variants.push_back({kernels::SparseMlaPath::single_pass, "spgraph-single-pass", 0});
-      variants.push_back({kernels::SparseMlaPath::split_topk, "spgraph-split-topk", 0});
-      variants.push_back({kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma", 0});
+      variants.push_back({kernels::SparseMlaPath::single_pass, "spgraph-single-pass"});
+      variants.push_back({kernels::SparseMlaPath::split_topk, "spgraph-split-topk"});
+      variants.push_back({kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"});
     }
-    args.path = kernels::SparseMlaPath::automatic;
-    const std::int64_t items = std::int64_t{row.s_q} * (row.h_q / kernels::kSparseMlaHeadsPerCta);
-    if ((row.s_kv == 8192 || small) && !kernels::SparseMla::plan(args).split && !quick) {
-      kernels::DeviceInfo info;
-      SPG_CUDA_TRY(kernels::current_device_info(info));
-      const int sms = info.sms;
-      variants.push_back({kernels::SparseMlaPath::single_pass, "spgraph-items2", 2});
-      variants.push_back({kernels::SparseMlaPath::single_pass, "spgraph-items4", 4});
-      variants.push_back({kernels::SparseMlaPath::single_pass, "spgraph-items-persistent",
-                          static_cast<int>((items + sms - 1) / sms)});
-    }
-    variants.push_back({kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma", 0});
-    for (const auto& [path, variant, items_per_cta] : variants) {
+    variants.push_back({kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"});
+    for (const auto& [path, variant] : variants) {
       args.path = path;
-      args.items_per_cta = items_per_cta;
       const kernels::SparseMlaPlan plan = kernels::SparseMla::plan(args);
       memory::DeviceBuffer workspace(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(args), 256));
       const double us = median_gpu_us(stream, [&] {

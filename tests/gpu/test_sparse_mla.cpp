@@ -245,13 +245,13 @@ int sm_count() {
 
 /// The automatic rule of sparse_mla.hpp, restated: the wgmma kernel over slices of whole block
 /// pairs when one item per (token, 64 heads) leaves half the SMs or more idle and the split saves
-/// two pairs or more per item, else the wgmma single pass.
+/// three pairs or more per item, else the wgmma single pass.
 k::SparseMlaKernel expected_automatic(const Problem& p) {
   const std::int64_t sms = sm_count();
   const std::int64_t items = std::int64_t{p.s_q} * (p.h_q / 64);
   const std::int64_t pairs = (p.topk / 64 + 1) / 2;
   const std::int64_t n = items >= sms ? 1 : std::min<std::int64_t>(sms / items, pairs);
-  const bool split = n >= 2 && pairs - (pairs + n - 1) / n >= 2;
+  const bool split = n >= 2 && pairs - (pairs + n - 1) / n >= 3;
   return split ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass;
 }
 
@@ -365,14 +365,13 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
             f.padded_stride = (seed % 3) == 0;
             f.extra_invalid = (seed % 2) == 0 ? 0.05 : 0.0;
             const Problem p = make_problem({d_qk, h_q, s_kv, topk, s_q}, f, ++seed);
-            // s_q 213 runs the wgmma single pass; s_q 1 splits the top-k range where that
-            // saves two block pairs (topk >= 384). Each case also runs on the kernel automatic did
-            // not pick: the wgmma single pass where it splits, the wgmma split where s_q 1 does
-            // not; s_q 1 also runs the mma.sync split.
+            // s_q 62 and 213 run the wgmma single pass; s_q 1 splits the top-k range where that
+            // saves three block pairs (topk >= 512). Each case also runs on the kernel automatic
+            // did not pick: the wgmma single pass where it splits, the wgmma split where s_q 1
+            // does not; s_q 1 also runs the mma.sync split.
             const k::SparseMlaKernel chosen = expected_automatic(p);
-            // (h_q 64, s_q 62 is 62 items: two slices of the top-k range fit on 132 SMs.)
-            if (s_q == 213 || (s_q == 62 && h_q == 128)) CHECK(chosen == k::SparseMlaKernel::wgmma_single_pass);
-            if (s_q == 1) CHECK(chosen == (topk >= 384 ? k::SparseMlaKernel::wgmma_split_topk
+            if (s_q >= 62) CHECK(chosen == k::SparseMlaKernel::wgmma_single_pass);
+            if (s_q == 1) CHECK(chosen == (topk >= 512 ? k::SparseMlaKernel::wgmma_split_topk
                                                        : k::SparseMlaKernel::wgmma_single_pass));
             std::vector<k::SparseMlaPath> paths = {k::SparseMlaPath::automatic};
             if (chosen != k::SparseMlaKernel::wgmma_single_pass) paths.push_back(k::SparseMlaPath::single_pass);
@@ -709,41 +708,6 @@ TEST_CASE("sparse_mla: tokens at or past num_tokens come out as empty rows", "[g
   }
 }
 
-TEST_CASE("sparse_mla: wgmma CTAs running several items in a row give the one-item results", "[gpu][sparse_mla]") {
-  // A CTA carries its kv buffers' phases, the Q hand-over and the row-sum exchange from one item
-  // to the next; items of every length (topk_length 0 to topk, tokens past num_tokens) follow
-  // each other. Each item's arithmetic does not depend on its CTA, so the outputs must be
-  // bit-identical to one item per CTA, and match the reference.
-  spg::memory::Stream stream;
-  for (const int d_qk : {512, 576}) {
-    Problem p = make_problem({d_qk, 128, 2003, 448, 53}, {.sink = true, .topk_length = true, .extra_invalid = 0.05},
-                             7100 + d_qk);
-    for (int t = 0; t < p.s_q; t += 5) p.topk_length[static_cast<std::size_t>(t)] = 0;
-    p.num_tokens = 47;
-    const auto want = reference_of(p);
-    const auto tokens = all_tokens(p.s_q);
-    for (const auto path : {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk}) {
-      DeviceProblem one(p, path, 3);
-      one.args.items_per_cta = 1;
-      const Outputs base = run_mode(one, Mode::eager, stream.get());
-      expect_matches(base, want, p.h_q, tokens, describe(p) + plan_name(k::SparseMla::plan(one.args)) + " 1 item per CTA");
-      for (const int items_per_cta : {2, 3, 7, 400}) {
-        DeviceProblem d(p, path, 3);
-        d.args.items_per_cta = items_per_cta;
-        for (const Mode mode : {Mode::eager, Mode::graph}) {
-          const Outputs got = run_mode(d, mode, stream.get());
-          const std::string label = describe(p) + plan_name(k::SparseMla::plan(d.args)) + " " +
-                                    std::to_string(items_per_cta) + " items per CTA " + mode_name(mode);
-          INFO(label);
-          CHECK(got.out == base.out);
-          CHECK(std::memcmp(got.max_logits.data(), base.max_logits.data(), got.max_logits.size() * 4) == 0);
-          CHECK(std::memcmp(got.lse.data(), base.lse.data(), got.lse.size() * 4) == 0);
-        }
-      }
-    }
-  }
-}
-
 TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][sparse_mla]") {
   // Padding past d_qk holds NaN: a kernel that reads it fails the reference check.
   spg::memory::Stream stream;
@@ -893,7 +857,5 @@ TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "
   rejects([](k::SparseMlaArgs& b) { b.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10008}); }, "q");
   rejects([](k::SparseMlaArgs& b) { b.kv = nullptr; }, "kv");
   rejects([](k::SparseMlaArgs& b) { b.num_splits = 3; }, "num_splits");
-  rejects([](k::SparseMlaArgs& b) { b.items_per_cta = -1; }, "items_per_cta");
-  rejects([](k::SparseMlaArgs& b) { b.items_per_cta = (1 << 20) + 1; }, "items_per_cta");
   rejects([](k::SparseMlaArgs& b) { b.sm_scale = std::numeric_limits<float>::infinity(); }, "sm_scale");
 }
