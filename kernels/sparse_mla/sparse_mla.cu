@@ -200,10 +200,8 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   p.num_items = static_cast<int>(items);
   if (is_wgmma(plan.kernel)) {
     // One CTA per item on a 1-D grid. (CTAs that run several items in a row, loading the next
-    // item's Q and first blocks while the current one finishes, measured 2-12% slower.) A CTA
-    // runs per SM at a time, so the CTA an SM takes next is about `sms` items on.
+    // item's Q and first blocks while the current one finishes, measured 2-12% slower.)
     const auto grid = static_cast<unsigned>(items);
-    p.q_prefetch_ahead = items > sms ? sms : 0;
     status = a.d_qk == 512 ? launch_attention<512, true>(p, grid, info, stream)
                            : launch_attention<576, true>(p, grid, info, stream);
   } else {

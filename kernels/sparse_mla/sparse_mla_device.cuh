@@ -32,7 +32,6 @@ struct SparseMlaParams {
   int num_splits;        ///< top-k slices per (token, 64 heads)
   int blocks_per_split;  ///< 64-row blocks per slice
   int num_items;         ///< s_q * (h_q / 64) * num_splits
-  int q_prefetch_ahead;  ///< wgmma kernel: CTA i prefetches the Q rows of item i + this into L2 (0: none)
   bool write_partials;   ///< split path: write unnormalized O, m and l to the workspace
   float* part_o;         ///< [num_splits, s_q * h_q, 512]
   float2* part_ml;       ///< [num_splits, s_q * h_q]: (running max in log2 units, sum of exp2)

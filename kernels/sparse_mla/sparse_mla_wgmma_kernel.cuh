@@ -149,15 +149,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       mbar_arrive_on_cp_async(q_bar);
       mbar_arrive(q_bar);
-      // The CTA that takes this SM next (about q_prefetch_ahead items on) finds its Q rows in L2:
-      // without it, every CTA of a wave starts by loading its Q from HBM at the same moment.
-      const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
-      if (x == 0 && p.q_prefetch_ahead > 0 && next < p.num_items) {
-        const int th = static_cast<int>(next) / p.num_splits;
-        const int groups = p.h_q >> 6;
-        const std::int64_t row = static_cast<std::int64_t>(th / groups) * p.h_q + (th % groups) * 64;
-        prefetch_l2_bulk(p.q + row * D, 64u * D * 2u);
-      }
     }
     const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
     for (int pair = 0; pair < n_pairs; ++pair) {

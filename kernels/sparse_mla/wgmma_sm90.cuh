@@ -219,12 +219,6 @@ __device__ __forceinline__ void regs_decrease() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
-/// Bulk prefetch of `bytes` (a multiple of 16, 16-byte aligned) of global memory into L2; no
-/// completion to wait for.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* src, std::uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
 /// cp.async of 16 bytes global -> shared with a 256-byte L2 prefetch; src_bytes 0 zero-fills the
 /// destination and reads nothing.
 __device__ __forceinline__ void cp_async_16_l2(std::uint32_t dst, const void* src, int src_bytes) {
