@@ -93,7 +93,7 @@ void fill_bf16(void* dst, std::size_t count, const std::vector<std::uint16_t>& b
 
 }  // namespace
 
-void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick) {
+void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick, const std::string& only) {
   std::vector<std::uint16_t> block(std::size_t{1} << 24);
   parallel_for(block.size(), [&](std::size_t b, std::size_t e) {
     for (std::size_t i = b; i < e; ++i) {
@@ -108,6 +108,9 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
               "kernel", "split", "gpu_us", "TFLOP/s", "peer", "ratio", "peer_us");
   for (const Row& row : table_a()) {
     if (quick && !row.quick) continue;
+    const std::string row_name = std::string(row.label) + "/" + std::to_string(row.s_kv) +
+                                 (row.s_q != 4096 ? "/sq" + std::to_string(row.s_q) : std::string());
+    if (!only.empty() && row_name.find(only) == std::string::npos) continue;
     const std::size_t q_elems = static_cast<std::size_t>(row.s_q) * row.h_q * row.d_qk;
     const std::size_t kv_elems = static_cast<std::size_t>(row.s_kv) * row.d_qk;
     const std::size_t idx_elems = static_cast<std::size_t>(row.s_q) * row.topk;
@@ -149,8 +152,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
     kernels::SparseMla::can_implement(args);
 
     const double flops = 2.0 * static_cast<double>(idx_elems) * row.h_q * (row.d_qk + 512);
-    const std::string name = std::string(row.label) + "/" + std::to_string(row.s_kv) +
-                             (row.s_q != 4096 ? "/sq" + std::to_string(row.s_q) : std::string());
+    const std::string& name = row_name;
     const bool small = row.s_q != 4096;
     // Every row also times the mma.sync single pass (the wgmma kernel's baseline); small chunks
     // also time the wgmma single pass and both split top-k kernels, to show what the automatic

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 #include "samples/bench/report.hpp"
 
 namespace spg::bench {
@@ -17,6 +19,8 @@ namespace spg::bench {
 ///        its name). FLOPs = 2 * (valid indices) * h_q * (d_qk + 512); inputs are seeded random
 ///        values, indices random valid rows.
 /// @throws CudaError / InvalidArgument from the device or the op.
-void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick);
+/// `only`, when not empty, keeps the rows whose record name (e.g. "V4-C2/32768",
+/// "small-h128-k1152/8192/sq256") contains it.
+void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick, const std::string& only = "");
 
 }  // namespace spg::bench

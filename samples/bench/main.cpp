@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   std::string json;
   std::string tables = "ABCD";
   std::string dump;
+  std::string rows;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -74,12 +75,15 @@ int main(int argc, char** argv) {
       tables = argv[++i];
     } else if (a == "--dump" && i + 1 < argc) {
       dump = argv[++i];
+    } else if (a == "--rows" && i + 1 < argc) {
+      rows = argv[++i];
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench [--tables ABCD] [--quick] [--json FILE]\n"
+      std::printf("usage: bench [--tables ABCD] [--quick] [--rows TEXT] [--json FILE]\n"
                   "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor) to run; - for none\n"
                   "  --quick    fewer rows and repetitions\n"
+                  "  --rows     table A: only the rows whose name contains TEXT (e.g. V4-C2/32768, sq256)\n"
                   "  --json     write every record to FILE\n"
                   "  --dump DIR write the small workload's inputs and outputs to DIR (for scripts/torch_peer.py --check)\n");
       return 0;
@@ -100,7 +104,7 @@ int main(int argc, char** argv) {
     bench::Reporter rep;
     memory::Stream stream;
     measure_ceilings(rep, stream.get());
-    if (tables.find('A') != std::string::npos) bench::run_attention_benchmarks(rep, stream.get(), quick);
+    if (tables.find('A') != std::string::npos) bench::run_attention_benchmarks(rep, stream.get(), quick, rows);
     if (tables.find('B') != std::string::npos) bench::run_pipeline_benchmarks(rep, quick);
     if (tables.find('C') != std::string::npos) bench::run_kernel_benchmarks(rep, stream.get());
     if (tables.find('D') != std::string::npos) {
