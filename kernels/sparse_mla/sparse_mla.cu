@@ -29,7 +29,7 @@ bool runs_wgmma(const DeviceInfo& info) noexcept { return info.major == 9 && inf
 
 /// The fewest pairs of 64-row blocks per item a split must save before `automatic` takes it: the
 /// merge kernel and the partials' traffic cost about two pairs' time (measured on the H200: h_q 64,
-/// topk 640, s_q 64 runs 31.0 us single, 32.0 us in two slices, which saves two of five pairs).
+/// topk 640, s_q 64 runs 27.9 us single, 30.4 us in two slices, which saves two of five pairs).
 constexpr int kMinPairsSaved = 3;
 
 // Slices per (token, 64 heads) when the single pass would leave SMs idle: enough items for one
@@ -97,7 +97,7 @@ std::size_t plan_workspace(const SparseMlaArgs& a, const SparseMlaPlan& plan) no
 // shared-memory opt-in is made once per device, not on every launch.
 template <int D, bool kWgmma>
 cudaError_t launch_attention(const detail::SparseMlaParams& p, unsigned grid, const DeviceInfo& info,
-                          cudaStream_t stream) noexcept {
+                             cudaStream_t stream) noexcept {
   static std::atomic<std::uint64_t> smem_allowed{0};
   constexpr int smem = kWgmma ? detail::WgmmaSmem<D>::kAlloc : detail::MlaSmem<D>::kBytes;
   const void* kernel = kWgmma ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D>)

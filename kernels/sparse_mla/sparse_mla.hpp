@@ -26,7 +26,7 @@ inline constexpr int kSparseMlaBlockRows = 64;
 ///
 /// `automatic` picks the wgmma single pass, except where one CTA per (token, 64 heads) would leave
 /// half the SMs or more idle and the top-k range is long enough to share: with
-/// items = s_q * (h_q / 64) and pairs = topk / 128 (64-row blocks are run in pairs), it splits
+/// items = s_q * (h_q / 64) and pairs = ceil(topk / 128) (64-row blocks run in pairs), it splits
 /// into n = min(SMs / items, pairs) slices of ceil(pairs / n) pairs when that saves at least three
 /// pairs per item (on 132 SMs e.g. s_q 16 with topk >= 512). The choice depends on the static
 /// arguments and the SM count only.
@@ -43,13 +43,13 @@ enum class SparseMlaPath : std::int32_t {
 
 /// @brief The kernel(s) a plan launches.
 enum class SparseMlaKernel : std::int32_t {
-  /// Warp-specialized sm_90a kernel: persistent CTAs; a producer warpgroup gathers kv rows with
-  /// cp.async into mbarrier-guarded buffers, two consumer warpgroups run Q K^T and P V on wgmma,
-  /// blocks in pairs.
+  /// Warp-specialized sm_90a kernel, one CTA per (token, 64 heads): a producer warpgroup gathers
+  /// kv rows with cp.async into mbarrier-guarded buffers, two consumer warpgroups run Q K^T and
+  /// P V on wgmma, blocks in pairs.
   wgmma_single_pass = 0,
   mma_single_pass = 1,   ///< persistent mma.sync kernel, whole top-k range per item
   mma_split_topk = 2,    ///< mma.sync partial kernel over top-k slices + merge kernel
-  wgmma_split_topk = 3,  ///< the wgmma kernel over top-k slices + merge kernel
+  wgmma_split_topk = 3,  ///< the wgmma kernel, one CTA per (token, 64 heads, slice) + merge kernel
 };
 
 /// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split"), for logs and
