@@ -68,20 +68,26 @@ struct RowFinal {
   float lse;
   float inv;
 };
-__device__ __forceinline__ RowFinal finalize_row(float m, float l, const float* attn_sink, int head) {
+/// `sink_log2` is the head's attn_sink times log2(e), or -inf without a sink (exp2 of it adds an
+/// exact 0 to the sum), so a kernel can load it long before its epilogue.
+__device__ __forceinline__ RowFinal finalize_row_log2_sink(float m, float l, float sink_log2) {
   RowFinal r;
   if (l > 0.0f) {
     r.max_logit = m * kLn2;
     r.lse = (m + log2f(l)) * kLn2;
-    float denom = l;
-    if (attn_sink != nullptr) denom += exp2f(attn_sink[head] * kLog2e - m);
-    r.inv = 1.0f / denom;
+    r.inv = 1.0f / (l + exp2f(sink_log2 - m));
   } else {
     r.max_logit = -CUDART_INF_F;
     r.lse = CUDART_INF_F;
     r.inv = 0.0f;
   }
   return r;
+}
+__device__ __forceinline__ float sink_log2_of(const float* attn_sink, int head) {
+  return attn_sink != nullptr ? attn_sink[head] * kLog2e : -CUDART_INF_F;
+}
+__device__ __forceinline__ RowFinal finalize_row(float m, float l, const float* attn_sink, int head) {
+  return finalize_row_log2_sink(m, l, sink_log2_of(attn_sink, head));
 }
 
 }  // namespace spg::kernels::detail

@@ -58,7 +58,7 @@ struct WgmmaSmem {
   static constexpr int kPanels = D / 64;
   static constexpr int kSteps = D / 16;  // k16 steps of Q K^T
   static constexpr int kTile = 64 * D * 2;
-  static constexpr int kOffQ = 0;  // also the output staging area in the epilogue
+  static constexpr int kOffQ = 0;  // with the start of K0, the output staging area in the epilogue
   static constexpr int kOffK0 = kTile;
   static constexpr int kOffK1 = 2 * kTile;
   static constexpr int kOffS1 = 3 * kTile;
@@ -74,7 +74,6 @@ struct WgmmaSmem {
   static constexpr int kBytes = kOffBar + 128;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
   static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
-  static_assert(2 * 64 * 256 * 2 <= kTile, "output staging must fit in the Q region");
 };
 
 /// One work item: (token, 64 heads, top-k slice) and the slice's valid index range [j0, j_end).
@@ -205,6 +204,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const int g = lane >> 2;
   const int t = lane & 3;
   const int r0 = 16 * w + g;  // accumulator rows r0 (h = 0) and r0 + 8 (h = 1)
+  // The rows' sinks, loaded now so the epilogue does not wait for them.
+  const float sink_log2[2] = {sink_log2_of(p.attn_sink, head0 + r0), sink_log2_of(p.attn_sink, head0 + r0 + 8)};
   const std::uint32_t qa = sb + L::kOffQ;
   const std::uint32_t k0a = sb + L::kOffK0;
   const std::uint32_t k1a = sb + L::kOffK1;
@@ -451,33 +452,35 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + 8 * h;
-    const RowFinal fin = finalize_row(m_run[h], l_row[h], p.attn_sink, head0 + r);
+    const RowFinal fin = finalize_row_log2_sink(m_run[h], l_row[h], sink_log2[h]);
     inv[h] = fin.inv;
     if (wg == 0 && t == 0) {
       p.max_logits[row0 + r] = fin.max_logit;
       p.lse[row0 + r] = fin.lse;
     }
   }
-  // bf16 out staged through the Q region (every Q K^T of the CTA is done: each WG passed a
-  // barrier the other arrives at after its last one), then 16-byte coalesced stores.
-  unsigned char* stg = sm + L::kOffQ + wg * 32768;
-#pragma unroll
-  for (int n = 0; n < 32; ++n)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      *reinterpret_cast<std::uint32_t*>(stg + r * 512 + ((n ^ (r & 7)) << 4) + 4 * t) =
-          pack_bf16(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]);
-    }
-  named_barrier(kWgBarEpi0 + wg, 128);
-  __nv_bfloat16* gout = p.out + row0 * 512 + wg * 256;
+  // bf16 out: stmatrix into rows of 512 + 16 bytes (the pad puts the eight rows of a tile in
+  // distinct banks) over the Q region and the start of K0, both free now (each WG passed a
+  // barrier the other arrives at after its last wgmma), then one 512-byte bulk copy per row.
+  constexpr std::uint32_t kStageRow = 512 + 16;
+  static_assert(2 * 64 * kStageRow <= L::kOffK1, "output staging must fit in Q and K0");
+  const std::uint32_t stg = sb + L::kOffQ + static_cast<std::uint32_t>(wg) * 64 * kStageRow;
+  const int tile = lane >> 3;  // this lane addresses row lane % 8 of stmatrix tile `tile`
+  const std::uint32_t lane_row =
+      stg + static_cast<std::uint32_t>(16 * w + (lane & 7) + 8 * (tile & 1)) * kStageRow + (tile >> 1) * 16;
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    const int c = x + 128 * j;
-    const int r = c >> 5;
-    const int cc = c & 31;
-    *reinterpret_cast<uint4*>(gout + r * 512 + cc * 8) =
-        *reinterpret_cast<const uint4*>(stg + r * 512 + ((cc ^ (r & 7)) << 4));
+    // tiles (8-column group, row half): (2j, 0), (2j, 1), (2j + 1, 0), (2j + 1, 1)
+    stmatrix_x4(lane_row + 32 * j, pack_bf16(o[8 * j] * inv[0], o[8 * j + 1] * inv[0]),
+                pack_bf16(o[8 * j + 2] * inv[1], o[8 * j + 3] * inv[1]),
+                pack_bf16(o[8 * j + 4] * inv[0], o[8 * j + 5] * inv[0]),
+                pack_bf16(o[8 * j + 6] * inv[1], o[8 * j + 7] * inv[1]));
+  }
+  fence_proxy_async();  // the stmatrix writes, visible to the bulk copies
+  named_barrier(kWgBarEpi0 + wg, 128);
+  if (x < 64) {
+    bulk_store(p.out + (row0 + x) * 512 + wg * 256, stg + static_cast<std::uint32_t>(x) * kStageRow, 512);
+    bulk_commit_and_wait_read();
   }
 }
 

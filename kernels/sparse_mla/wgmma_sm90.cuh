@@ -219,6 +219,26 @@ __device__ __forceinline__ void regs_decrease() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+/// stmatrix: four 8x8 bf16 tiles from mma-fragment registers (thread l holds row l / 4, columns
+/// 2 (l % 4) and + 1 of tile i in r[i]); lane l gives the shared address of row l % 8 of tile l / 8.
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t row_addr, std::uint32_t r0, std::uint32_t r1, std::uint32_t r2,
+                                            std::uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(row_addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+/// Bulk copy (TMA engine) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from
+/// shared to global memory, in this thread's current bulk group.
+__device__ __forceinline__ void bulk_store(void* dst, std::uint32_t src, std::uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+/// Closes this thread's bulk group and waits until its copies have read their shared source.
+__device__ __forceinline__ void bulk_commit_and_wait_read() {
+  asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 /// cp.async of 16 bytes global -> shared with a 256-byte L2 prefetch; src_bytes 0 zero-fills the
 /// destination and reads nothing.
 __device__ __forceinline__ void cp_async_16_l2(std::uint32_t dst, const void* src, int src_bytes) {
