@@ -3,9 +3,11 @@
 // s_q * (h_q / 64) * num_splits CTAs; an item is (token, 64 heads, top-k slice), and the single
 // pass has one slice. 384 threads = 3 warpgroups with specialized roles.
 //
-//   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, then gathers the slice's kv
-//       rows 64 at a time with 16-byte cp.async into two swizzled [64 x D] buffers K0 / K1
-//       (masked rows zero-filled and never read; a 0 / -inf bias per row goes to shared memory).
+//   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, in two halves behind
+//       mbarriers of their own (left half, first kv block's left half, right half, ...: the order
+//       the consumers' first k-steps need them), and gathers the slice's kv rows 64 at a time
+//       with 16-byte cp.async into two swizzled [64 x D] buffers K0 / K1 (masked rows
+//       zero-filled and never read; a 0 / -inf bias per row goes to shared memory).
 //       Each buffer is split into a left half (panels 0-3: value columns 0-255) and a right half
 //       (panels 4.., the value columns 256-511 plus, at d_qk 576, the 64 rope columns), each with
 //       a full and an empty mbarrier, so a half is refilled as soon as its last reader is done.
@@ -70,7 +72,7 @@ struct WgmmaSmem {
   static constexpr int kOffM0 = kOffMisc + 512;    // float [64]
   static constexpr int kOffM1 = kOffMisc + 768;    // float [64]
   static constexpr int kOffL = kOffMisc + 1024;    // float [2][64]
-  static constexpr int kOffBar = kOffMisc + 1536;  // full[2][2], empty[2][2], q: 9 mbarriers
+  static constexpr int kOffBar = kOffMisc + 1536;  // full[2][2], empty[2][2], q left / right: 10 mbarriers
   static constexpr int kBytes = kOffBar + 128;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
   static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
@@ -114,10 +116,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const std::uint32_t bar_base = sb + L::kOffBar;
   auto full_bar = [&](int b, int h) { return bar_base + static_cast<std::uint32_t>((2 * b + h) * 8); };
   auto empty_bar = [&](int b, int h) { return bar_base + 32u + static_cast<std::uint32_t>((2 * b + h) * 8); };
-  const std::uint32_t q_bar = bar_base + 64u;
+  // Q in two halves like the kv buffers: the left panels (columns 0-255), the right ones (the rest).
+  const std::uint32_t q_bar_left = bar_base + 64u;
+  const std::uint32_t q_bar_right = bar_base + 72u;
 
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 9; ++i) mbar_init(bar_base + 8u * i, 128);
+    for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, 128);
     mbar_init_fence();
   }
   __syncthreads();
@@ -137,18 +141,21 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     regs_decrease<kWgmmaProducerRegs>();
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
-    {
-      const __nv_bfloat16* qsrc = p.q + (static_cast<std::int64_t>(token) * p.h_q + head0) * D + c8 * 8;
+    // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
+    // issued before) have landed. An item with no block loads no Q (nothing would wait for it).
+    const __nv_bfloat16* qsrc = p.q + (static_cast<std::int64_t>(token) * p.h_q + head0) * D + c8 * 8;
+    auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = rsub + 16 * i;
         const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-        for (int pn = 0; pn < L::kPanels; ++pn) cp_async_16_l2(dst + pn * 8192, qsrc + r * D + pn * 64, 16);
+        for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, qsrc + r * D + pn * 64, 16);
       }
-      mbar_arrive_on_cp_async(q_bar);
-      mbar_arrive(q_bar);
-    }
+      mbar_arrive_on_cp_async(bar);
+      mbar_arrive(bar);
+    };
+    if (n_pairs > 0) load_q(0, 4, q_bar_left);
     const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
     for (int pair = 0; pair < n_pairs; ++pair) {
       int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
@@ -192,6 +199,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         }
         mbar_arrive_on_cp_async(full_bar(bb, hh));
         mbar_arrive(full_bar(bb, hh));
+        // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
+        if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
       }
     }
     return;
@@ -298,16 +307,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     wgmma_commit();
   };
 
-  mbar_wait(q_bar, 0);
-
+  // Each consumer waits for the Q half its first k-steps read; both halves have landed before
+  // its first Q K^T completes, so before the epilogue stages out over the Q region.
   if (wg == 0) {
     // ---------------------------------------------------------------- WG0: blocks 2p (K0), cols 0..255
     if (n_pairs > 0) {
+      mbar_wait(q_bar_left, 0);
       mbar_wait(full_bar(0, 0), 0);
       fence_proxy_async();
       wgmma_fence();
       qk_steps(k0a, 0, 16, true);
       wgmma_commit();
+      mbar_wait(q_bar_right, 0);
       mbar_wait(full_bar(0, 1), 0);
       fence_proxy_async();
       qk_steps(k0a, 16, L::kSteps, false);
@@ -375,11 +386,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // ---------------------------------------------------------------- WG1: blocks 2p+1 (K1), cols 256..511
     for (int pair = 0; pair < n_pairs; ++pair) {
       const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
+      if (pair == 0) mbar_wait(q_bar_right, 0);
       mbar_wait(full_bar(1, 1), ph);
       fence_proxy_async();
       wgmma_fence();
       qk_steps(k1a, 16, L::kSteps, true);
       wgmma_commit();
+      if (pair == 0) mbar_wait(q_bar_left, 0);
       mbar_wait(full_bar(1, 0), ph);
       fence_proxy_async();
       qk_steps(k1a, 0, 16, false);
