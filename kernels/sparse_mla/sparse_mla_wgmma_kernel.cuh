@@ -4,9 +4,9 @@
 // pass has one slice. 384 threads = 3 warpgroups with specialized roles.
 //
 //   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, in two halves behind
-//       mbarriers of their own (left half, first kv block's left half, right half, its right
-//       half: the order WG0's first k-steps need them), and gathers the slice's kv rows 64 at a
-//       time with 16-byte cp.async into two swizzled [64 x D] buffers K0 / K1 (masked rows
+//       mbarriers of their own (left half, first kv block's left half, right half, ...: the order
+//       the consumers' first k-steps need them), and gathers the slice's kv rows 64 at a time
+//       with 16-byte cp.async into two swizzled [64 x D] buffers K0 / K1 (masked rows
 //       zero-filled and never read; a 0 / -inf bias per row goes to shared memory).
 //       Each buffer is split into a left half (panels 0-3: value columns 0-255) and a right half
 //       (panels 4.., the value columns 256-511 plus, at d_qk 576, the 64 rope columns), each with
@@ -172,10 +172,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           rows[bb][i] = id;
         }
       const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
-      // One half (hh: 0 left, 1 right) of buffer bb for this pair.
-      auto fill = [&](int bb, int hh) {
+      // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
+      // starts with the right half), K0 right, K1 left.
+#pragma unroll
+      for (int step = 0; step < 4; ++step) {
+        const int bb = step & 1;
+        const int hh = ((step + 1) >> 1) & 1;
         mbar_wait(empty_bar(bb, hh), parity);
-        if (hh == bb && c8 == 0) {  // a buffer's first half this pair (K0 left, K1 right)
+        if (step < 2 && c8 == 0) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
         }
@@ -195,22 +199,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         }
         mbar_arrive_on_cp_async(full_bar(bb, hh));
         mbar_arrive(full_bar(bb, hh));
-      };
-      // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
-      // starts with the right half), K0 right, K1 left. The first pair fills K0 whole first, with
-      // Q's right half after K0's left: every half is free then, and WG0 heads the chain (WG1
-      // waits for its row maxima).
-      if (pair == 0) {
-        fill(0, 0);
-        load_q(4, L::kPanels, q_bar_right);
-        fill(0, 1);
-        fill(1, 1);
-        fill(1, 0);
-      } else {
-        fill(0, 0);
-        fill(1, 1);
-        fill(0, 1);
-        fill(1, 0);
+        // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
+        if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
       }
     }
     return;
