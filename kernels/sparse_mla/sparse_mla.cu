@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/device_info.hpp"
 #include "kernels/sparse_mla/sparse_mla_kernel.cuh"
@@ -198,18 +199,17 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   // can_implement bounds the number of items by 2^31 - 1.
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
-  if (is_wgmma(plan.kernel)) {
-    // One CTA per item on a 1-D grid. (CTAs that run several items in a row, loading the next
-    // item's Q and first blocks while the current one finishes, measured 2-12% slower.)
-    const auto grid = static_cast<unsigned>(items);
-    status = a.d_qk == 512 ? launch_attention<512, true>(p, grid, info, stream)
-                           : launch_attention<576, true>(p, grid, info, stream);
-  } else {
-    // Persistent CTAs, one per SM (the shared memory admits one); each walks a stride of items.
-    const auto grid = static_cast<unsigned>(std::min<std::int64_t>(items, sms));
-    status = a.d_qk == 512 ? launch_attention<512, false>(p, grid, info, stream)
-                           : launch_attention<576, false>(p, grid, info, stream);
-  }
+  // wgmma: one CTA per item on a 1-D grid (CTAs that run several items in a row, loading the next
+  // item's Q and first blocks while the current one finishes, measured 2-12% slower). mma.sync:
+  // persistent CTAs, one per SM (the shared memory admits one), each walking a stride of items.
+  const bool wgmma = is_wgmma(plan.kernel);
+  const auto grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
+  const auto launch = [&](auto wgmma_tag) {
+    constexpr bool kWgmma = decltype(wgmma_tag)::value;
+    return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, grid, info, stream)
+                         : launch_attention<576, kWgmma>(p, grid, info, stream);
+  };
+  status = wgmma ? launch(std::true_type{}) : launch(std::false_type{});
   if (status != cudaSuccess || !plan.split) return status;
 
   detail::SparseMlaMergeParams m{};

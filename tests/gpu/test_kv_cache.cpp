@@ -54,6 +54,21 @@ InsertStep random_insert_step(std::mt19937& rng, int rows_bucket, int num_rows, 
   return s;
 }
 
+/// Checks the device cache against the reference insert of `rows` at `slots` (the first
+/// `num_rows` of `rows_bucket`) into `initial`; returns the reference's fault log.
+reference::FaultLog expect_cache_after_insert(const GuardedArray<std::uint8_t>& cache,
+                                              const std::vector<std::uint8_t>& initial, const std::uint16_t* rows,
+                                              const std::int32_t* slots, int num_rows, int rows_bucket,
+                                              const CacheLayout& layout) {
+  std::vector<std::uint8_t> want = initial;
+  reference::FaultLog log;
+  reference::kv_insert(rows, slots, num_rows, rows_bucket, want.data(), layout, log);
+  const std::string diff = test::first_mismatch(cache.download(), want, std::size_t(layout.block_stride), "cache bytes");
+  INFO(diff);
+  CHECK(diff.empty());
+  return log;
+}
+
 void run_insert_case(int block_size, int num_blocks, int rows_bucket, int rows_a, int rows_b, int bad_slots) {
   std::mt19937 rng(1234U + unsigned(block_size * 31 + rows_bucket));
   const CacheLayout layout = CacheLayout::make(block_size, num_blocks);
@@ -86,12 +101,8 @@ void run_insert_case(int block_size, int num_blocks, int rows_bucket, int rows_a
     num_rows.upload({s.num_rows});
   };
   auto check = [&](const InsertStep& s) {
-    std::vector<std::uint8_t> want = initial;
-    reference::FaultLog log;
-    reference::kv_insert(s.rows.data(), s.slots.data(), s.num_rows, rows_bucket, want.data(), layout, log);
-    const std::string diff = test::first_mismatch(cache.download(), want, std::size_t(layout.block_stride), "cache bytes");
-    INFO(diff);
-    CHECK(diff.empty());
+    const reference::FaultLog log =
+        expect_cache_after_insert(cache, initial, s.rows.data(), s.slots.data(), s.num_rows, rows_bucket, layout);
     CHECK(cache.damaged_guard_bytes() == 0);
     test::check_status(status.get(), log);
   };
@@ -344,12 +355,8 @@ TEST_CASE("insert derives SWA slots from the block table exactly as the explicit
   SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
   stream.synchronize();
 
-  std::vector<std::uint8_t> want = initial;
-  reference::FaultLog log;
-  reference::kv_insert(rows.data(), slots.data(), tokens, rows_bucket, want.data(), layout, log);
-  const std::string diff = test::first_mismatch(cache.download(), want, kKvRowBytes, "cache bytes");
-  INFO(diff);
-  CHECK(diff.empty());
+  const reference::FaultLog log =
+      expect_cache_after_insert(cache, initial, rows.data(), slots.data(), tokens, rows_bucket, layout);
   CHECK(log.counts == std::array<std::uint32_t, kFaultKinds>{});
   const std::vector<StepStatus> st = status.download();
   CHECK(st[0].count(Fault::block_id) == std::uint32_t(bad_rows));
@@ -434,12 +441,8 @@ TEST_CASE("insert rounds e4m3 midpoints to even as the reference does", "[gpu][k
   SPG_CUDA_TRY(reset(status.get(), stream.get()));
   SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
   stream.synchronize();
-  std::vector<std::uint8_t> want = initial;
-  reference::FaultLog log;
-  reference::kv_insert(rows.data(), slots.data(), rows_needed, rows_needed, want.data(), layout, log);
-  const std::string diff = test::first_mismatch(cache.download(), want, kKvRowBytes, "cache bytes");
-  INFO(diff);
-  CHECK(diff.empty());
+  const reference::FaultLog log =
+      expect_cache_after_insert(cache, initial, rows.data(), slots.data(), rows_needed, rows_needed, layout);
   test::check_status(status.get(), log);
 }
 

@@ -280,6 +280,26 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
   }
 }
 
+/// Arguments whose pointers are aligned placeholders (never dereferenced), for the checks and plans
+/// that look at shapes only; kv rows are 512 elements apart.
+k::SparseMlaArgs shape_only_args(int s_kv, int topk, int s_q, int h_q, int d_qk) {
+  k::SparseMlaArgs a{};
+  a.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10000});
+  a.kv = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x20000});
+  a.indices = reinterpret_cast<const std::int32_t*>(std::uintptr_t{0x30000});
+  a.out = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t{0x40000});
+  a.max_logits = reinterpret_cast<float*>(std::uintptr_t{0x50000});
+  a.lse = reinterpret_cast<float*>(std::uintptr_t{0x60000});
+  a.kv_row_stride = 512;
+  a.s_kv = s_kv;
+  a.topk = topk;
+  a.s_q = s_q;
+  a.h_q = h_q;
+  a.d_qk = d_qk;
+  a.sm_scale = 0.04f;
+  return a;
+}
+
 /// The four kernels, by their explicit paths.
 const std::vector<k::SparseMlaPath> kAllKernels = {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk,
                                                    k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma};
@@ -726,20 +746,7 @@ TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_ml
   Problem p = make_problem({512, 128, 300, 1152, 1}, {}, 1);
   for (const int s_q : {1, 16, 64, 213, 4096}) {
     p.s_q = s_q;
-    k::SparseMlaArgs a{};
-    a.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10000});
-    a.kv = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x20000});
-    a.indices = reinterpret_cast<const std::int32_t*>(std::uintptr_t{0x30000});
-    a.out = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t{0x40000});
-    a.max_logits = reinterpret_cast<float*>(std::uintptr_t{0x50000});
-    a.lse = reinterpret_cast<float*>(std::uintptr_t{0x60000});
-    a.kv_row_stride = 512;
-    a.s_kv = p.s_kv;
-    a.topk = p.topk;
-    a.s_q = s_q;
-    a.h_q = p.h_q;
-    a.d_qk = p.d_qk;
-    a.sm_scale = 0.04f;
+    k::SparseMlaArgs a = shape_only_args(p.s_kv, p.topk, s_q, p.h_q, p.d_qk);
     INFO("s_q " << s_q);
     REQUIRE_NOTHROW(k::SparseMla::can_implement(a));
     a.path = k::SparseMlaPath::single_pass;
@@ -821,20 +828,7 @@ TEST_CASE("sparse_mla: wgmma tiles (Q K^T, P V with P from registers and from sh
 }
 
 TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "[gpu][sparse_mla]") {
-  k::SparseMlaArgs a{};
-  a.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10000});
-  a.kv = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x20000});
-  a.indices = reinterpret_cast<const std::int32_t*>(std::uintptr_t{0x30000});
-  a.out = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t{0x40000});
-  a.max_logits = reinterpret_cast<float*>(std::uintptr_t{0x50000});
-  a.lse = reinterpret_cast<float*>(std::uintptr_t{0x60000});
-  a.kv_row_stride = 512;
-  a.s_kv = 100;
-  a.topk = 128;
-  a.s_q = 5;
-  a.h_q = 128;
-  a.d_qk = 512;
-  a.sm_scale = 0.04f;
+  const k::SparseMlaArgs a = shape_only_args(100, 128, 5, 128, 512);
   REQUIRE_NOTHROW(k::SparseMla::can_implement(a));
   auto rejects = [&](auto mutate, const char* name) {
     k::SparseMlaArgs b = a;
