@@ -200,10 +200,13 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
   // wgmma: one CTA per item on a 1-D grid (CTAs that run several items in a row, loading the next
-  // item's Q and first blocks while the current one finishes, measured 2-12% slower). mma.sync:
-  // persistent CTAs, one per SM (the shared memory admits one), each walking a stride of items.
+  // item's Q and first blocks while the current one finishes, measured 2-12% slower). One CTA fits
+  // an SM, so the CTA that takes an SM after this one is about `sms` items on: each CTA prefetches
+  // that CTA's Q rows into L2. mma.sync: persistent CTAs, one per SM (the shared memory admits
+  // one), each walking a stride of items.
   const bool wgmma = is_wgmma(plan.kernel);
   const auto grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
+  p.q_prefetch_ahead = wgmma && items > sms ? sms : 0;
   const auto launch = [&](auto wgmma_tag) {
     constexpr bool kWgmma = decltype(wgmma_tag)::value;
     return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, grid, info, stream)

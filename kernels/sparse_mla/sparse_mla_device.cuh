@@ -35,6 +35,7 @@ struct SparseMlaParams {
   bool write_partials;   ///< split path: write unnormalized O, m and l to the workspace
   float* part_o;         ///< [num_splits, s_q * h_q, 512]
   float2* part_ml;       ///< [num_splits, s_q * h_q]: (running max in log2 units, sum of exp2)
+  int q_prefetch_ahead;  ///< wgmma: a CTA prefetches into L2 the Q rows of the item this many on (0: none)
 };
 
 inline constexpr float kLog2e = 1.4426950408889634f;

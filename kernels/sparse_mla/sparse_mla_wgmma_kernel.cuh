@@ -11,6 +11,9 @@
 //       Each buffer is split into a left half (panels 0-3: value columns 0-255) and a right half
 //       (panels 4.., the value columns 256-511 plus, at d_qk 576, the 64 rope columns), each with
 //       a full and an empty mbarrier, so a half is refilled as soon as its last reader is done.
+//       Q rows (and, in the epilogue, out rows) go through L2 as "evict first": each is used by
+//       one CTA, while the kv rows are reread by many. Late in the item it prefetches into L2 the
+//       Q rows of the CTA that takes an SM one wave later.
 //   WG0, WG1 (consumers, 224 registers): the token's blocks are taken in pairs (2p -> K0,
 //       2p+1 -> K1). WG0 computes S0 = Q K0^T in full (64 x 64, no redundant work) and WG1
 //       S1 = Q K1^T. WG c owns output columns [256 c, 256 c + 256): a 64 x 256 fp32 accumulator.
@@ -19,7 +22,8 @@
 //       exp2(m0 - m1), so after each pair both warpgroups hold the same running max. Each WG runs
 //       the P V product for its own block with P from registers (RS) and for the other WG's block
 //       with P from a swizzled shared panel (SS) that the other WG wrote. WG0 issues the next
-//       pair's Q K0^T while its second P V product runs.
+//       pair's Q K0^T while its second P V product runs; WG1 issues its P0 V0 product before it
+//       announces P1, so that product runs ahead of WG0's P1 V1 and frees K0's right half sooner.
 //   Row sums stay per warpgroup (each only sums its own block's P) and are added in the epilogue,
 //   which writes bf16 out (single pass) or the slice's unnormalized fp32 O and (m, l) for the
 //   merge kernel (split).
@@ -144,13 +148,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
     // issued before) have landed. An item with no block loads no Q (nothing would wait for it).
     const __nv_bfloat16* qsrc = p.q + (static_cast<std::int64_t>(token) * p.h_q + head0) * D + c8 * 8;
+    const std::uint64_t q_policy = l2_evict_first();  // each Q row is read by one CTA only
     auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = rsub + 16 * i;
         const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-        for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, qsrc + r * D + pn * 64, 16);
+        for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
       }
       mbar_arrive_on_cp_async(bar);
       mbar_arrive(bar);
@@ -201,6 +206,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         mbar_arrive(full_bar(bb, hh));
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
         if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
+      }
+      // Past this CTA's start, and about five pairs before its end: the Q rows of the CTA that
+      // takes an SM next go to L2 (64 KB, one bulk prefetch), so the CTAs of a wave, which start
+      // together, do not all wait for Q from HBM at once. (Issued at the CTA's start, where it
+      // shares HBM with the wave's own Q loads, it measured slower.)
+      if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
+        const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
+        if (next < p.num_items) {
+          const std::int64_t th = next / p.num_splits;
+          const int groups = p.h_q >> 6;
+          const std::int64_t row = th / groups * p.h_q + th % groups * 64;
+          prefetch_l2_bulk(p.q + row * D, 64u * D * 2u);
+        }
       }
     }
     return;
@@ -413,12 +431,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       named_barrier_arrive(kWgBarM1, 256);
       pv_rs(k1a + 4 * 8192);  // O += P1 V1[:, 256:512]
       store_acc_panel(sm + L::kOffS1, s, x, 1.0f, 1.0f);
-      fence_proxy_async();
-      named_barrier_arrive(kWgBarS1, 256);
+      // P0 V0 is issued before P1 is announced, so it queues on the tensor cores ahead of WG0's
+      // P1 V1 and K0's right half (the next Q K0^T's) is released sooner. The fence covers both
+      // the P1 panel (for WG0's product) and K0's right half (for this one).
       named_barrier(kWgBarS0, 256);
       mbar_wait(full_bar(0, 1), ph);
       fence_proxy_async();
       pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
+      named_barrier_arrive(kWgBarS1, 256);
       wgmma_wait<1>();
       mbar_arrive(empty_bar(1, 1));
       wgmma_wait<0>();
@@ -492,7 +512,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   fence_proxy_async();  // the stmatrix writes, visible to the bulk copies
   named_barrier(kWgBarEpi0 + wg, 128);
   if (x < 64) {
-    bulk_store(p.out + (row0 + x) * 512 + wg * 256, stg + static_cast<std::uint32_t>(x) * kStageRow, 512);
+    bulk_store(p.out + (row0 + x) * 512 + wg * 256, stg + static_cast<std::uint32_t>(x) * kStageRow, 512, l2_evict_first());
     bulk_commit_and_wait_read();
   }
 }

@@ -213,10 +213,23 @@ __device__ __forceinline__ void stmatrix_x4(std::uint32_t row_addr, std::uint32_
 }
 
 /// Bulk copy (TMA engine) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from
-/// shared to global memory, in this thread's current bulk group.
-__device__ __forceinline__ void bulk_store(void* dst, std::uint32_t src, std::uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+/// shared to global memory, in this thread's current bulk group, under L2 policy `policy`.
+__device__ __forceinline__ void bulk_store(void* dst, std::uint32_t src, std::uint32_t bytes, std::uint64_t policy) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;\n" ::"l"(dst), "r"(src),
+               "r"(bytes), "l"(policy)
                : "memory");
+}
+/// L2 policy "evict first" for every line an access touches: for data read or written once (a
+/// CTA's query rows, its output rows), so it does not push out the kv rows that many CTAs reread.
+__device__ __forceinline__ std::uint64_t l2_evict_first() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+/// Bulk prefetch of `bytes` (a multiple of 16, 16-byte aligned) of global memory into L2; nothing
+/// to wait for.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* src, std::uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
 /// Closes this thread's bulk group and waits until its copies have read their shared source.
 __device__ __forceinline__ void bulk_commit_and_wait_read() {
@@ -227,6 +240,12 @@ __device__ __forceinline__ void bulk_commit_and_wait_read() {
 /// destination and reads nothing.
 __device__ __forceinline__ void cp_async_16_l2(std::uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+/// The same with an L2 eviction policy.
+__device__ __forceinline__ void cp_async_16_l2_hint(std::uint32_t dst, const void* src, int src_bytes, std::uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes), "l"(policy)
                : "memory");
 }
 
