@@ -57,17 +57,25 @@ void Reporter::print_table(const std::string& suite) const {
 
 double median_gpu_us(cudaStream_t stream, const std::function<void()>& launch, TimingOptions opt,
                      const std::function<void(int)>& before_each) {
-  for (int i = 0; i < opt.warmup; ++i) {
-    if (before_each) before_each(i);
+  using Clock = std::chrono::steady_clock;
+  const auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  int call = 0;
+  const auto warm_start = Clock::now();
+  for (; call < opt.warmup || ms_since(warm_start) < opt.warmup_ms; ++call) {
+    if (before_each) before_each(call);
     launch();
+    if (call % 16 == 15) SPG_CUDA_TRY(cudaStreamSynchronize(stream));  // keep the queue short
   }
   SPG_CUDA_TRY(cudaStreamSynchronize(stream));
   memory::Event start;
   memory::Event stop;
   std::vector<double> us;
   us.reserve(static_cast<std::size_t>(opt.reps));
-  for (int i = 0; i < opt.reps; ++i) {
-    if (before_each) before_each(opt.warmup + i);
+  const auto timed_start = Clock::now();
+  for (int i = 0; i < opt.reps || ms_since(timed_start) < opt.min_timed_ms; ++i, ++call) {
+    if (before_each) before_each(call);
     start.record(stream);
     launch();
     stop.record(stream);

@@ -37,10 +37,14 @@ class Reporter {
 
 /// Timing of `reps` calls of `launch` on `stream` after `warmup` calls, each call bracketed by
 /// CUDA events; returns the median in microseconds. `before_each` (optional, untimed) runs before
-/// each call, for instance to rotate inputs.
+/// each call, for instance to rotate inputs. `warmup_ms` and `min_timed_ms` stretch the warm-up
+/// and the timed calls to at least that much wall time, so a short kernel is timed at the clocks
+/// its own load settles to, not at those the previous measurement left.
 struct TimingOptions {
   int warmup{5};
   int reps{30};
+  double warmup_ms{0.0};
+  double min_timed_ms{0.0};
 };
 double median_gpu_us(cudaStream_t stream, const std::function<void()>& launch, TimingOptions opt = {},
                      const std::function<void(int)>& before_each = {});
