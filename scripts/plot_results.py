@@ -102,7 +102,7 @@ def plot_pipeline(values, out):
 
 
 def plot_attention(values, out):
-    names = ATTENTION_ROWS + sorted({k[1] for k in values if k[0] == "attention"} - set(ATTENTION_ROWS))
+    names = ATTENTION_ROWS + sorted({k[1] for k in values if k[0] == "attention" and k[3] == "tflops"} - set(ATTENTION_ROWS))
     ours = {n: values.get(("attention", n, "spgraph", "tflops")) for n in names}
     missing = [n for n in names if ours[n] is None and n in ATTENTION_ROWS]
     if missing:

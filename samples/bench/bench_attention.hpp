@@ -21,6 +21,7 @@ namespace spg::bench {
 /// @throws CudaError / InvalidArgument from the device or the op.
 /// `only`, when not empty, keeps the rows whose record name (e.g. "V4-C2/32768",
 /// "small-h128-k1152/8192/sq256") contains it.
-void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick, const std::string& only = "");
+void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick, const std::string& only = "",
+                              bool burst = false);
 
 }  // namespace spg::bench

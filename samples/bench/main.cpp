@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   std::string dump;
   std::string rows;
   bool quick = false;
+  bool burst = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
@@ -79,11 +80,15 @@ int main(int argc, char** argv) {
       rows = argv[++i];
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--burst") {
+      burst = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench [--tables ABCD] [--quick] [--rows TEXT] [--json FILE]\n"
+      std::printf("usage: bench [--tables ABCD] [--quick] [--rows TEXT] [--burst] [--json FILE]\n"
                   "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor) to run; - for none\n"
                   "  --quick    fewer rows and repetitions\n"
                   "  --rows     table A: only the rows whose name contains TEXT (e.g. V4-C2/32768, sq256)\n"
+                  "  --burst    table A: time each kernel after 10 (small rows) or 3 warm-up calls only, not after 25 ms\n"
+                  "             of warm-up and over at least 100 ms (short bursts run at higher clocks)\n"
                   "  --json     write every record to FILE\n"
                   "  --dump DIR write the small workload's inputs and outputs to DIR (for scripts/torch_peer.py --check)\n");
       return 0;
@@ -104,7 +109,7 @@ int main(int argc, char** argv) {
     bench::Reporter rep;
     memory::Stream stream;
     measure_ceilings(rep, stream.get());
-    if (tables.find('A') != std::string::npos) bench::run_attention_benchmarks(rep, stream.get(), quick, rows);
+    if (tables.find('A') != std::string::npos) bench::run_attention_benchmarks(rep, stream.get(), quick, rows, burst);
     if (tables.find('B') != std::string::npos) bench::run_pipeline_benchmarks(rep, quick);
     if (tables.find('C') != std::string::npos) bench::run_kernel_benchmarks(rep, stream.get());
     if (tables.find('D') != std::string::npos) {
