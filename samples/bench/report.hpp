@@ -38,8 +38,8 @@ class Reporter {
 /// Timing of `reps` calls of `launch` on `stream` after `warmup` calls, each call bracketed by
 /// CUDA events; returns the median in microseconds. `before_each` (optional, untimed) runs before
 /// each call, for instance to rotate inputs. `warmup_ms` and `min_timed_ms` stretch the warm-up
-/// and the timed calls to at least that much wall time, so a short kernel is timed at the clocks
-/// its own load settles to, not at those the previous measurement left.
+/// and the timed calls to at least that much wall time, so a short kernel is timed under its own
+/// steady load, not in the state the previous measurement left the GPU in.
 struct TimingOptions {
   int warmup{5};
   int reps{30};
