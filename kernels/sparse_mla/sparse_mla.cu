@@ -206,7 +206,7 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   // one), each walking a stride of items.
   const bool wgmma = is_wgmma(plan.kernel);
   const auto grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
-  p.q_prefetch_ahead = wgmma && items > sms ? sms : 0;
+  p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks
   const auto launch = [&](auto wgmma_tag) {
     constexpr bool kWgmma = decltype(wgmma_tag)::value;
     return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, grid, info, stream)

@@ -82,6 +82,20 @@ struct WgmmaSmem {
   static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
 };
 
+/// Where work item `item` sits: its token, first of its 64 heads and top-k slice (items run
+/// slice-fastest, then head group, then token).
+struct WgmmaItemPos {
+  int token;
+  int head0;
+  int split;
+};
+
+__device__ __forceinline__ WgmmaItemPos wgmma_item_pos(const SparseMlaParams& p, int item) {
+  const int groups = p.h_q >> 6;
+  const int th = item / p.num_splits;
+  return {th / groups, (th % groups) * 64, item % p.num_splits};
+}
+
 /// One work item: (token, 64 heads, top-k slice) and the slice's valid index range [j0, j_end).
 struct WgmmaItem {
   int token;
@@ -94,11 +108,10 @@ struct WgmmaItem {
 
 __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int item) {
   WgmmaItem it;
-  const int groups = p.h_q >> 6;
-  it.split = item % p.num_splits;
-  const int th = item / p.num_splits;
-  it.token = th / groups;
-  it.head0 = (th % groups) * 64;
+  const WgmmaItemPos at = wgmma_item_pos(p, item);
+  it.token = at.token;
+  it.head0 = at.head0;
+  it.split = at.split;
   // Valid prefix of the token's index row; a token at or past *num_tokens (a padded token of the
   // bucket) has none and comes out as an empty row.
   int len = p.topk;
@@ -214,10 +227,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
         const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
         if (next < p.num_items) {
-          const std::int64_t th = next / p.num_splits;
-          const int groups = p.h_q >> 6;
-          const std::int64_t row = th / groups * p.h_q + th % groups * 64;
-          prefetch_l2_bulk(p.q + row * D, 64u * D * 2u);
+          const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next));
+          prefetch_l2_bulk(p.q + (static_cast<std::int64_t>(at.token) * p.h_q + at.head0) * D, 64u * D * 2u);
         }
       }
     }

@@ -101,8 +101,11 @@ constexpr double kWarmupMs = 25.0;
 constexpr double kMinTimedMs = 100.0;
 
 void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick, const std::string& only, bool burst) {
-  reporter.add({"attention", "timing", burst ? "burst" : "sustained", "warmup_ms", burst ? 0.0 : kWarmupMs});
-  reporter.add({"attention", "timing", burst ? "burst" : "sustained", "min_timed_ms", burst ? 0.0 : kMinTimedMs});
+  const double warmup_ms = burst ? 0.0 : kWarmupMs;
+  const double min_timed_ms = burst ? 0.0 : kMinTimedMs;
+  const char* timing = burst ? "burst" : "sustained";
+  reporter.add({"attention", "timing", timing, "warmup_ms", warmup_ms});
+  reporter.add({"attention", "timing", timing, "min_timed_ms", min_timed_ms});
   std::vector<std::uint16_t> block(std::size_t{1} << 24);
   parallel_for(block.size(), [&](std::size_t b, std::size_t e) {
     for (std::size_t i = b; i < e; ++i) {
@@ -179,7 +182,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
       memory::DeviceBuffer workspace(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(args), 256));
       const double us = median_gpu_us(stream, [&] {
         SPG_CUDA_TRY(kernels::SparseMla::run(args, workspace.data(), stream));
-      }, TimingOptions{small ? 10 : 3, small ? 50 : 20, burst ? 0.0 : kWarmupMs, burst ? 0.0 : kMinTimedMs});
+      }, TimingOptions{small ? 10 : 3, small ? 50 : 20, warmup_ms, min_timed_ms});
       const double tflops = flops / (us * 1e-6) / 1e12;
       reporter.add({"attention", name, variant, "gpu_us", us});
       reporter.add({"attention", name, variant, "tflops", tflops});
