@@ -40,16 +40,6 @@ int automatic_splits(std::int64_t items, int units, int sms) noexcept {
   return static_cast<int>(std::min<std::int64_t>(sms / items, units));
 }
 
-bool is_wgmma(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk;
-}
-
-/// Rounds of items an SM runs when a grid of CTAs of `per_cta` items each runs one CTA per SM.
-std::int64_t item_rounds(std::int64_t items, int per_cta, int sms) noexcept {
-  const std::int64_t ctas = (items + per_cta - 1) / per_cta;
-  return per_cta * ((ctas + sms - 1) / sms);
-}
-
 SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
   const int blocks = a.topk / kSparseMlaBlockRows;
   const int pairs = (blocks + 1) / 2;
@@ -85,15 +75,11 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
   }
   plan.blocks_per_split = std::clamp(per_split, 1, std::max(blocks, 1));
   plan.num_splits = (blocks + plan.blocks_per_split - 1) / plan.blocks_per_split;
-  const std::int64_t all_items = items * plan.num_splits;
-  if (!is_wgmma(plan.kernel)) {
-    plan.items_per_cta = 1;  // unused: the mma.sync CTAs are persistent
-  } else if (a.items_per_cta > 0) {
-    plan.items_per_cta = static_cast<int>(std::min<std::int64_t>(a.items_per_cta, all_items));
-  } else {
-    plan.items_per_cta = item_rounds(all_items, 2, sms) <= item_rounds(all_items, 1, sms) ? 2 : 1;
-  }
   return plan;
+}
+
+bool is_wgmma(SparseMlaKernel k) noexcept {
+  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk;
 }
 
 std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
@@ -156,7 +142,6 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
-  SPG_EXPECTS(a.items_per_cta >= 0, "items_per_cta = " << a.items_per_cta << " must be >= 0 (0: automatic)");
   const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
@@ -214,15 +199,14 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   // can_implement bounds the number of items by 2^31 - 1.
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
-  // wgmma: CTAs of plan.items_per_cta items on a 1-D grid (sparse_mla.hpp). One CTA fits an SM,
-  // so the item that runs on an SM after this one is about `sms` items on: each CTA prefetches
-  // that item's Q rows into L2 (a grid of at most `sms` CTAs has none: the kernel checks).
-  // mma.sync: persistent CTAs, one per SM (the shared memory admits one), each walking a stride of
-  // items.
+  // wgmma: one CTA per item on a 1-D grid (CTAs that run several items in a row, loading the next
+  // item's Q and first blocks while the current one finishes, measured 2-12% slower). One CTA fits
+  // an SM, so the CTA that takes an SM after this one is about `sms` items on: each CTA prefetches
+  // that CTA's Q rows into L2. mma.sync: persistent CTAs, one per SM (the shared memory admits
+  // one), each walking a stride of items.
   const bool wgmma = is_wgmma(plan.kernel);
-  const auto grid = static_cast<unsigned>(wgmma ? (items + plan.items_per_cta - 1) / plan.items_per_cta
-                                                : std::min<std::int64_t>(items, sms));
-  p.q_prefetch_ahead = sms;
+  const auto grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
+  p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks
   const auto launch = [&](auto wgmma_tag) {
     constexpr bool kWgmma = decltype(wgmma_tag)::value;
     return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, grid, info, stream)

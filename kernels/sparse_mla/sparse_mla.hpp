@@ -43,13 +43,13 @@ enum class SparseMlaPath : std::int32_t {
 
 /// @brief The kernel(s) a plan launches.
 enum class SparseMlaKernel : std::int32_t {
-  /// Warp-specialized sm_90a kernel, one work item per (token, 64 heads), one or a few items per
-  /// CTA: a producer warpgroup gathers kv rows with cp.async into mbarrier-guarded buffers, two
-  /// consumer warpgroups run Q K^T and P V on wgmma, blocks in pairs.
+  /// Warp-specialized sm_90a kernel, one CTA per (token, 64 heads): a producer warpgroup gathers
+  /// kv rows with cp.async into mbarrier-guarded buffers, two consumer warpgroups run Q K^T and
+  /// P V on wgmma, blocks in pairs.
   wgmma_single_pass = 0,
   mma_single_pass = 1,   ///< persistent mma.sync kernel, whole top-k range per item
   mma_split_topk = 2,    ///< mma.sync partial kernel over top-k slices + merge kernel
-  wgmma_split_topk = 3,  ///< the wgmma kernel, one item per (token, 64 heads, slice) + merge kernel
+  wgmma_split_topk = 3,  ///< the wgmma kernel, one CTA per (token, 64 heads, slice) + merge kernel
 };
 
 /// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split"), for logs and
@@ -87,10 +87,6 @@ struct SparseMlaArgs {
   SparseMlaPath path{SparseMlaPath::automatic};
   /// split_topk / split_topk_mma only: number of top-k slices; 0 lets the shape choose.
   int num_splits{0};
-  /// wgmma kernels only: work items each CTA runs in a row (it loads the next item's Q and first
-  /// blocks while the current one finishes); 0 lets the shape choose (SparseMlaPlan::items_per_cta).
-  /// The mma.sync kernels ignore it: their CTAs are persistent, one per SM.
-  int items_per_cta{0};
 };
 
 /// @brief The launch plan that the static arguments (and the device's SM count) select.
@@ -98,12 +94,6 @@ struct SparseMlaPlan {
   bool split{false};      ///< true: partial kernel + merge kernel
   int num_splits{1};      ///< top-k slices per (token, 64 heads)
   int blocks_per_split{0};///< 64-row blocks per slice
-  /// wgmma kernels: items per CTA; the grid is ceil(items / items_per_cta) CTAs, CTA b running
-  /// items b, b + grid, ... Automatic: 2 where that adds no round of items per SM (the grid's
-  /// CTAs run one per SM, so k items per CTA take k * ceil(ceil(items / k) / SMs) rounds against
-  /// ceil(items / SMs)), else 1. Measured on the H200 (docs/benchmarks.md): 2 per CTA is 2% faster
-  /// on h_q 128, s_q 256; a persistent grid of one CTA per SM is slower.
-  int items_per_cta{1};
   SparseMlaKernel kernel{SparseMlaKernel::wgmma_single_pass};  ///< what run() launches
 };
 
@@ -112,7 +102,7 @@ struct SparseMla {
   /// @throws InvalidArgument naming the first argument out of bounds: a null pointer, h_q not 64
   ///         or 128, d_qk not 512 or 576, topk not a positive multiple of 64, s_q < 1, s_kv < 1,
   ///         kv_row_stride < d_qk or not a multiple of 8, q/kv/out not 16-byte aligned, a
-  ///         non-finite sm_scale, num_splits outside [0, topk / 64], a negative items_per_cta,
+  ///         non-finite sm_scale, num_splits outside [0, topk / 64],
   ///         or more than 2^31 - 1 work items.
   static void can_implement(const SparseMlaArgs& args);
 

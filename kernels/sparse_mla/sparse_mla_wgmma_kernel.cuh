@@ -1,10 +1,7 @@
 // Device code of the wgmma sparse MLA attention kernel (SparseMlaKernel::wgmma_single_pass and
-// wgmma_split_topk, see sparse_mla.hpp): sm_90a only. A work item is (token, 64 heads, top-k
-// slice), the single pass has one slice; there are s_q * (h_q / 64) * num_splits items and CTA b of
-// a 1-D grid runs items b, b + gridDim.x, ... (SparseMlaPlan::items_per_cta of them). The mbarrier
-// phases run on across a CTA's items, so its producer loads the next item's Q (once both consumers'
-// last Q K^T has completed: q_bar_empty) and first blocks while the consumers finish the current
-// one. 384 threads = 3 warpgroups with specialized roles.
+// wgmma_split_topk, see sparse_mla.hpp): sm_90a only, one CTA per work item on a 1-D grid of
+// s_q * (h_q / 64) * num_splits CTAs; an item is (token, 64 heads, top-k slice), and the single
+// pass has one slice. 384 threads = 3 warpgroups with specialized roles.
 //
 //   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, in two halves behind
 //       mbarriers of their own (left half, first kv block's left half, right half, ...: the order
@@ -28,11 +25,10 @@
 //       pair's Q K0^T while its second P V product runs; WG1 issues its P0 V0 product before it
 //       announces P1, so that product runs ahead of WG0's P1 V1 and frees K0's right half sooner.
 //   Row sums stay per warpgroup (each only sums its own block's P) and are added in the epilogue,
-//   which writes bf16 out (single pass; staged through K1, whose last-pair release waits for it)
-//   or the slice's unnormalized fp32 O and (m, l) for the merge kernel (split).
+//   which writes bf16 out (single pass) or the slice's unnormalized fp32 O and (m, l) for the
+//   merge kernel (split).
 // Named barriers (256 threads: both consumer WGs): M0 (m0 published), M1 (m1 published), S0 / S1
-// (P panel written), L (row sums), END (item done); 128-thread barriers EPI0 / EPI1 for the
-// output staging.
+// (P panel written), L (row sums); 128-thread barriers EPI0 / EPI1 for the output staging.
 //
 // What keeps ptxas from serializing the wgmma ops or ignoring setmaxnreg (checked with
 // -Xptxas -v): the warpgroup index is broadcast with __shfl_sync so role branches are
@@ -60,15 +56,7 @@ inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 645
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
 
-enum WgmmaBarrier : int {
-  kWgBarM0 = 1,
-  kWgBarM1 = 2,
-  kWgBarS0 = 3,
-  kWgBarS1 = 4,
-  kWgBarL = 5,
-  kWgBarEpi0 = 6,  // and 7 for WG1
-  kWgBarEnd = 8,
-};
+enum WgmmaBarrier : int { kWgBarM0 = 1, kWgBarM1 = 2, kWgBarS0 = 3, kWgBarS1 = 4, kWgBarL = 5, kWgBarEpi0 = 6 };
 
 /// Shared-memory plan of one d_qk (offsets from the 1024-byte aligned base).
 template <int D>
@@ -88,7 +76,7 @@ struct WgmmaSmem {
   static constexpr int kOffM0 = kOffMisc + 512;    // float [64]
   static constexpr int kOffM1 = kOffMisc + 768;    // float [64]
   static constexpr int kOffL = kOffMisc + 1024;    // float [2][64]
-  static constexpr int kOffBar = kOffMisc + 1536;  // full[2][2], empty[2][2], q left / right, q empty: 11 mbarriers
+  static constexpr int kOffBar = kOffMisc + 1536;  // full[2][2], empty[2][2], q left / right: 10 mbarriers
   static constexpr int kBytes = kOffBar + 128;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
   static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
@@ -148,12 +136,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // Q in two halves like the kv buffers: the left panels (columns 0-255), the right ones (the rest).
   const std::uint32_t q_bar_left = bar_base + 64u;
   const std::uint32_t q_bar_right = bar_base + 72u;
-  // Both consumer WGs arrive once their item's last Q K^T has completed: Q may be overwritten.
-  const std::uint32_t q_bar_empty = bar_base + 80u;
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, 128);
-    mbar_init(q_bar_empty, 256);
     mbar_init_fence();
   }
   __syncthreads();
@@ -162,6 +147,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) >> 7, 0);
   const int x = static_cast<int>(threadIdx.x) & 127;
+  const WgmmaItem it = wgmma_item(p, static_cast<int>(blockIdx.x));
+  const int token = it.token;
+  const int head0 = it.head0;
+  const int n_pairs = it.n_pairs;
   float* mask_s = reinterpret_cast<float*>(sm + L::kOffMask);
 
   if (wg == 2) {
@@ -169,94 +158,79 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     regs_decrease<kWgmmaProducerRegs>();
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
+    // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
+    // issued before) have landed. An item with no block loads no Q (nothing would wait for it).
+    const __nv_bfloat16* qsrc = p.q + (static_cast<std::int64_t>(token) * p.h_q + head0) * D + c8 * 8;
     const std::uint64_t q_policy = l2_evict_first();  // each Q row is read by one CTA only
-    int pairs_before = 0;  // block pairs of this CTA's earlier items: the mbarrier phases go on
-    int q_loads = 0;       // Q loads of this CTA's earlier items
-    for (int item = static_cast<int>(blockIdx.x); item < p.num_items; item += static_cast<int>(gridDim.x)) {
-      const WgmmaItem it = wgmma_item(p, item);
-      const int n_pairs = it.n_pairs;
-      if (n_pairs == 0) continue;  // nothing would wait for its Q or blocks
-      // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
-      // issued before) have landed.
-      const __nv_bfloat16* qsrc = p.q + (static_cast<std::int64_t>(it.token) * p.h_q + it.head0) * D + c8 * 8;
-      auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
+    auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = rsub + 16 * i;
+        const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+#pragma unroll
+        for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
+      }
+      mbar_arrive_on_cp_async(bar);
+      mbar_arrive(bar);
+    };
+    if (n_pairs > 0) load_q(0, 4, q_bar_left);
+    const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
+#pragma unroll
+      for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = it.j0 + (2 * pair + bb) * 64 + rsub + 16 * i;
+          int id = -1;
+          if (j < it.j_end) {  // never reads past the slice's valid part (nor past topk)
+            id = __ldg(idx_row + j);
+            if (id < 0 || id >= p.s_kv) id = -1;
+          }
+          rows[bb][i] = id;
+        }
+      const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
+      // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
+      // starts with the right half), K0 right, K1 left.
+#pragma unroll
+      for (int step = 0; step < 4; ++step) {
+        const int bb = step & 1;
+        const int hh = ((step + 1) >> 1) & 1;
+        mbar_wait(empty_bar(bb, hh), parity);
+        if (step < 2 && c8 == 0) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
+        }
+        const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
+        const int pn0 = hh ? 4 : 0;
+        const int pn1 = hh ? L::kPanels : 4;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r = rsub + 16 * i;
-          const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+          const int id = rows[bb][i];
+          const __nv_bfloat16* src = p.kv + c8 * 8;
+          if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
+          const int bytes = id >= 0 ? 16 : 0;
+          const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
+          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
         }
-        mbar_arrive_on_cp_async(bar);
-        mbar_arrive(bar);
-      };
-      mbar_wait(q_bar_empty, static_cast<std::uint32_t>(q_loads & 1) ^ 1u);  // the previous item's last Q K^T
-      load_q(0, 4, q_bar_left);
-      ++q_loads;
-      const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(it.token) * p.topk;
-      for (int pair = 0; pair < n_pairs; ++pair) {
-        int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
-#pragma unroll
-        for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int j = it.j0 + (2 * pair + bb) * 64 + rsub + 16 * i;
-            int id = -1;
-            if (j < it.j_end) {  // never reads past the slice's valid part (nor past topk)
-              id = __ldg(idx_row + j);
-              if (id < 0 || id >= p.s_kv) id = -1;
-            }
-            rows[bb][i] = id;
-          }
-        const std::uint32_t parity = static_cast<std::uint32_t>((pairs_before + pair) & 1) ^ 1u;
-        // Fill order = consumer need order. Usually K0 left (WG0's Q K0^T starts there), K1 right
-        // (WG1 starts with the right half), K0 right, K1 left. The first pair of a CTA's later item
-        // fills K0 whole first: K1 still holds the previous item's output staging until its
-        // epilogue ends, and WG0's first Q K0^T must not queue behind it.
-        const bool k0_first = pair == 0 && pairs_before > 0;
-#pragma unroll
-        for (int step = 0; step < 4; ++step) {
-          const int bb = k0_first ? step >> 1 : step & 1;
-          const int hh = k0_first ? (step ^ (step >> 1)) & 1 : ((step + 1) >> 1) & 1;
-          mbar_wait(empty_bar(bb, hh), parity);
-          // A block's mask is written with the half its own warpgroup releases last (K0: left,
-          // K1: right), so the previous pair's reader is done with it.
-          if (hh == bb && c8 == 0) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = (bb ? rows[1][i] : rows[0][i]) >= 0 ? 0.0f : -CUDART_INF_F;
-          }
-          const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
-          const int pn0 = hh ? 4 : 0;
-          const int pn1 = hh ? L::kPanels : 4;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int r = rsub + 16 * i;
-            const int id = bb ? rows[1][i] : rows[0][i];  // (a runtime index would put rows in local memory)
-            const __nv_bfloat16* src = p.kv + c8 * 8;
-            if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
-            const int bytes = id >= 0 ? 16 : 0;
-            const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
-#pragma unroll
-            for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
-          }
-          mbar_arrive_on_cp_async(full_bar(bb, hh));
-          mbar_arrive(full_bar(bb, hh));
-          // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
-          if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
-        }
-        // Past the item's start, and about five pairs before its end: the Q rows of the item this
-        // SM runs next (the next CTA's, or this CTA's next) go to L2 (64 KB, one bulk prefetch), so
-        // the CTAs of a wave, which start together, do not all wait for Q from HBM at once. (Issued
-        // at the start, where it shares HBM with the wave's own Q loads, it measured slower.)
-        if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
-          const std::int64_t next = static_cast<std::int64_t>(item) + p.q_prefetch_ahead;
-          if (next < p.num_items) {
-            const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next));
-            prefetch_l2_bulk(p.q + (static_cast<std::int64_t>(at.token) * p.h_q + at.head0) * D, 64u * D * 2u);
-          }
+        mbar_arrive_on_cp_async(full_bar(bb, hh));
+        mbar_arrive(full_bar(bb, hh));
+        // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
+        if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
+      }
+      // Past this CTA's start, and about five pairs before its end: the Q rows of the CTA that
+      // takes an SM next go to L2 (64 KB, one bulk prefetch), so the CTAs of a wave, which start
+      // together, do not all wait for Q from HBM at once. (Issued at the CTA's start, where it
+      // shares HBM with the wave's own Q loads, it measured slower.)
+      if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
+        const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
+        if (next < p.num_items) {
+          const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next));
+          prefetch_l2_bulk(p.q + (static_cast<std::int64_t>(at.token) * p.h_q + at.head0) * D, 64u * D * 2u);
         }
       }
-      pairs_before += n_pairs;
     }
     return;
   }
@@ -268,6 +242,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const int g = lane >> 2;
   const int t = lane & 3;
   const int r0 = 16 * w + g;  // accumulator rows r0 (h = 0) and r0 + 8 (h = 1)
+  // The rows' sinks, loaded now so the epilogue does not wait for them.
+  const float sink_log2[2] = {sink_log2_of(p.attn_sink, head0 + r0), sink_log2_of(p.attn_sink, head0 + r0 + 8)};
   const std::uint32_t qa = sb + L::kOffQ;
   const std::uint32_t k0a = sb + L::kOffK0;
   const std::uint32_t k1a = sb + L::kOffK1;
@@ -279,11 +255,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   constexpr std::uint32_t kVSbo = 1024;      // next 8 kv rows
 
   float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   float s[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = 0.0f;
-  float m_run[2];
-  float l_run[2];
+  float m_run[2] = {kWgmmaMInit, kWgmmaMInit};
+  float l_run[2] = {0.0f, 0.0f};
 
   // S (+)= Q K^T over k16 steps [ks0, ks1) of buffer `ka`
   auto qk_steps = [&](std::uint32_t ka, int ks0, int ks1, bool clear) {
@@ -358,38 +336,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     wgmma_commit();
   };
 
-  int pairs_before = 0;  // block pairs of this CTA's earlier items (the mbarrier phases go on)
-  int q_loads = 0;       // Q loads of this CTA's earlier items
-  for (int item = static_cast<int>(blockIdx.x); item < p.num_items; item += static_cast<int>(gridDim.x)) {
-  const WgmmaItem it = wgmma_item(p, item);
-  const int head0 = it.head0;
-  const int n_pairs = it.n_pairs;
-  const std::uint32_t q_phase = static_cast<std::uint32_t>(q_loads & 1);
-  // The rows' sinks, loaded now so the epilogue does not wait for them.
-  const float sink_log2[2] = {sink_log2_of(p.attn_sink, head0 + r0), sink_log2_of(p.attn_sink, head0 + r0 + 8)};
-#pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    m_run[h] = kWgmmaMInit;
-    l_run[h] = 0.0f;
-  }
-
-  // Each consumer waits for the Q half its first k-steps read. After its item's last Q K^T it
-  // arrives on q_bar_empty, and the producer may load the next item's Q. The last pair's K1 is
-  // released only after the epilogue, which stages out there.
+  // Each consumer waits for the Q half its first k-steps read; both halves have landed before
+  // its first Q K^T completes, so before the epilogue stages out over the Q region.
   if (wg == 0) {
     // ---------------------------------------------------------------- WG0: blocks 2p (K0), cols 0..255
     if (n_pairs > 0) {
-      const std::uint32_t ph = static_cast<std::uint32_t>(pairs_before & 1);
-      mbar_wait(q_bar_left, q_phase);
-      mbar_wait(full_bar(0, 0), ph);
+      mbar_wait(q_bar_left, 0);
+      mbar_wait(full_bar(0, 0), 0);
       fence_proxy_async();
       wgmma_fence();
       qk_steps(k0a, 0, 16, true);
       wgmma_commit();
-      mbar_wait(q_bar_right, q_phase);
-      mbar_wait(full_bar(0, 1), ph);
+      mbar_wait(q_bar_right, 0);
+      mbar_wait(full_bar(0, 1), 0);
       fence_proxy_async();
       qk_steps(k0a, 16, L::kSteps, false);
       wgmma_commit();
@@ -397,8 +356,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       reg_fence(s);
     }
     for (int pair = 0; pair < n_pairs; ++pair) {
-      const std::uint32_t ph = static_cast<std::uint32_t>((pairs_before + pair) & 1);
-      if (pair + 1 == n_pairs) mbar_arrive(q_bar_empty);  // its last Q K^T has completed
+      const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
       float mx[2];
       scale_mask_max(0, mx);
       float m_new[2];
@@ -450,26 +408,26 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       } else {
         wgmma_wait<0>();
         reg_fence(o);
+        mbar_arrive(empty_bar(1, 0));
       }
     }
   } else {
     // ---------------------------------------------------------------- WG1: blocks 2p+1 (K1), cols 256..511
     for (int pair = 0; pair < n_pairs; ++pair) {
-      const std::uint32_t ph = static_cast<std::uint32_t>((pairs_before + pair) & 1);
-      if (pair == 0) mbar_wait(q_bar_right, q_phase);
+      const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
+      if (pair == 0) mbar_wait(q_bar_right, 0);
       mbar_wait(full_bar(1, 1), ph);
       fence_proxy_async();
       wgmma_fence();
       qk_steps(k1a, 16, L::kSteps, true);
       wgmma_commit();
-      if (pair == 0) mbar_wait(q_bar_left, q_phase);
+      if (pair == 0) mbar_wait(q_bar_left, 0);
       mbar_wait(full_bar(1, 0), ph);
       fence_proxy_async();
       qk_steps(k1a, 0, 16, false);
       wgmma_commit();
       wgmma_wait<0>();
       reg_fence(s);
-      if (pair + 1 == n_pairs) mbar_arrive(q_bar_empty);  // its last Q K^T has completed
       float mx[2];
       scale_mask_max(1, mx);
       named_barrier(kWgBarM0, 256);
@@ -493,7 +451,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
       named_barrier_arrive(kWgBarS1, 256);
       wgmma_wait<1>();
-      if (pair + 1 < n_pairs) mbar_arrive(empty_bar(1, 1));
+      mbar_arrive(empty_bar(1, 1));
       wgmma_wait<0>();
       reg_fence(o);
       mbar_arrive(empty_bar(0, 1));
@@ -514,7 +472,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     l_s[wg * 64 + r0 + 8] = lq[1];
   }
   named_barrier(kWgBarL, 256);
-  const std::int64_t row0 = static_cast<std::int64_t>(it.token) * p.h_q + head0;
+  const std::int64_t row0 = static_cast<std::int64_t>(token) * p.h_q + head0;
   float l_row[2];  // the row sums of both warpgroups' blocks
 #pragma unroll
   for (int h = 0; h < 2; ++h) l_row[h] = lq[h] + l_s[(wg ^ 1) * 64 + r0 + 8 * h];
@@ -532,64 +490,43 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<float2*>(po + (r0 + 8 * h) * 512 + 8 * n) = make_float2(o[4 * n + 2 * h], o[4 * n + 2 * h + 1]);
-  } else {
-    float inv[2];
+    return;
+  }
+  float inv[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      const RowFinal fin = finalize_row_log2_sink(m_run[h], l_row[h], sink_log2[h]);
-      inv[h] = fin.inv;
-      if (wg == 0 && t == 0) {
-        p.max_logits[row0 + r] = fin.max_logit;
-        p.lse[row0 + r] = fin.lse;
-      }
-    }
-    if (n_pairs == 0) {
-      // An empty row's out is 0. Stored straight (a 16-byte store per thread and step), since K1,
-      // where out is staged, may already hold the blocks of this CTA's next item.
-      const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-      __nv_bfloat16* dst = p.out + row0 * 512 + wg * 256;
-#pragma unroll 4
-      for (int i = x; i < 64 * 32; i += 128) *reinterpret_cast<uint4*>(dst + (i >> 5) * 512 + (i & 31) * 8) = zero;
-    } else {
-      // bf16 out: stmatrix into rows of 512 + 16 bytes (the pad puts the eight rows of a tile in
-      // distinct banks) over K1 (and, at d_qk 512, the start of the P1 panel, which only WG1
-      // writes), free now: each WG passed barrier L after its last wgmma, and the producer refills
-      // K1 only after the release below. Then one 512-byte bulk copy per row.
-      constexpr std::uint32_t kStageRow = 512 + 16;
-      static_assert(L::kOffK1 + 2 * 64 * kStageRow <= L::kOffMisc, "output staging must end before the misc area");
-      static_assert(L::kOffS0 < L::kOffK1 || L::kOffS0 >= L::kOffK1 + 2 * 64 * kStageRow,
-                    "output staging must not overlap the P0 panel");
-      const std::uint32_t stg = sb + L::kOffK1 + static_cast<std::uint32_t>(wg) * 64 * kStageRow;
-      const int tile = lane >> 3;  // this lane addresses row lane % 8 of stmatrix tile `tile`
-      const std::uint32_t lane_row =
-          stg + static_cast<std::uint32_t>(16 * w + (lane & 7) + 8 * (tile & 1)) * kStageRow + (tile >> 1) * 16;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        // tiles (8-column group, row half): (2j, 0), (2j, 1), (2j + 1, 0), (2j + 1, 1)
-        stmatrix_x4(lane_row + 32 * j, pack_bf16(o[8 * j] * inv[0], o[8 * j + 1] * inv[0]),
-                    pack_bf16(o[8 * j + 2] * inv[1], o[8 * j + 3] * inv[1]),
-                    pack_bf16(o[8 * j + 4] * inv[0], o[8 * j + 5] * inv[0]),
-                    pack_bf16(o[8 * j + 6] * inv[1], o[8 * j + 7] * inv[1]));
-      }
-      fence_proxy_async();  // the stmatrix writes, visible to the bulk copies
-      named_barrier(kWgBarEpi0 + wg, 128);
-      if (x < 64) {
-        bulk_store(p.out + (row0 + x) * 512 + wg * 256, stg + static_cast<std::uint32_t>(x) * kStageRow, 512,
-                   l2_evict_first());
-        bulk_commit_and_wait_read();
-      }
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    const RowFinal fin = finalize_row_log2_sink(m_run[h], l_row[h], sink_log2[h]);
+    inv[h] = fin.inv;
+    if (wg == 0 && t == 0) {
+      p.max_logits[row0 + r] = fin.max_logit;
+      p.lse[row0 + r] = fin.lse;
     }
   }
-  // Both warpgroups are done with this item's shared memory (the staged out has been read, the
-  // other WG's row sums too): the last pair's K1 halves go back to the producer.
-  named_barrier(kWgBarEnd, 256);
-  if (n_pairs > 0) {
-    mbar_arrive(empty_bar(1, wg));
-    ++q_loads;
+  // bf16 out: stmatrix into rows of 512 + 16 bytes (the pad puts the eight rows of a tile in
+  // distinct banks) over the Q region and the start of K0, both free now (each WG passed a
+  // barrier the other arrives at after its last wgmma), then one 512-byte bulk copy per row.
+  constexpr std::uint32_t kStageRow = 512 + 16;
+  static_assert(2 * 64 * kStageRow <= L::kOffK1, "output staging must fit in Q and K0");
+  const std::uint32_t stg = sb + L::kOffQ + static_cast<std::uint32_t>(wg) * 64 * kStageRow;
+  const int tile = lane >> 3;  // this lane addresses row lane % 8 of stmatrix tile `tile`
+  const std::uint32_t lane_row =
+      stg + static_cast<std::uint32_t>(16 * w + (lane & 7) + 8 * (tile & 1)) * kStageRow + (tile >> 1) * 16;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    // tiles (8-column group, row half): (2j, 0), (2j, 1), (2j + 1, 0), (2j + 1, 1)
+    stmatrix_x4(lane_row + 32 * j, pack_bf16(o[8 * j] * inv[0], o[8 * j + 1] * inv[0]),
+                pack_bf16(o[8 * j + 2] * inv[1], o[8 * j + 3] * inv[1]),
+                pack_bf16(o[8 * j + 4] * inv[0], o[8 * j + 5] * inv[0]),
+                pack_bf16(o[8 * j + 6] * inv[1], o[8 * j + 7] * inv[1]));
   }
-  pairs_before += n_pairs;
-  }  // items
+  fence_proxy_async();  // the stmatrix writes, visible to the bulk copies
+  named_barrier(kWgBarEpi0 + wg, 128);
+  if (x < 64) {
+    bulk_store(p.out + (row0 + x) * 512 + wg * 256, stg + static_cast<std::uint32_t>(x) * kStageRow, 512, l2_evict_first());
+    bulk_commit_and_wait_read();
+  }
 }
+
 
 }  // namespace spg::kernels::detail

@@ -187,7 +187,6 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
       reporter.add({"attention", name, variant, "gpu_us", us});
       reporter.add({"attention", name, variant, "tflops", tflops});
       reporter.add({"attention", name, variant, "kernel", static_cast<double>(static_cast<int>(plan.kernel))});
-      reporter.add({"attention", name, variant, "items_per_cta", static_cast<double>(plan.items_per_cta)});
       char path_s[16];
       std::snprintf(path_s, sizeof path_s, plan.split ? "x%d" : "1", plan.num_splits);
       std::printf("%-18s %6d %4d %5d %6d %5d %9s %6s %9.1f %9.1f %9.0f %9.2f %9.0f  %s\n", row.label, row.d_qk, row.h_q,

@@ -2,9 +2,8 @@
 // correctness grid of the public sparse prefill operator (through the automatic path, which runs
 // the wgmma single pass or split top-k), masking edge cases and the index-invariance test on all
 // three kernels, split-top-k against the single pass, the wgmma against the mma.sync single pass,
-// num_tokens padding, wgmma CTAs running several items against one item per CTA, padded kv
-// strides, per-step metadata through one captured graph, s_q past the 65535 grid limit, and the
-// wgmma building blocks on one tile. Every case runs eagerly and
+// num_tokens padding, padded kv strides, per-step metadata through one captured graph, s_q past
+// the 65535 grid limit, and the wgmma building blocks on one tile. Every case runs eagerly and
 // captured-then-replayed, with NaN-poisoned outputs.
 #include <cuda_runtime_api.h>
 
@@ -256,14 +255,6 @@ k::SparseMlaKernel expected_automatic(const Problem& p) {
   return split ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass;
 }
 
-/// The automatic items per wgmma CTA of sparse_mla.hpp, restated: 2 where CTAs of 2 items, one
-/// CTA per SM, take no more rounds of items per SM than CTAs of 1, else 1.
-int expected_items_per_cta(std::int64_t items) {
-  const std::int64_t sms = sm_count();
-  const auto rounds = [&](std::int64_t per_cta) { return per_cta * (((items + per_cta - 1) / per_cta + sms - 1) / sms); };
-  return rounds(2) <= rounds(1) ? 2 : 1;
-}
-
 std::string plan_name(const k::SparseMlaPlan& plan) {
   return std::string(" ") + k::sparse_mla_kernel_name(plan.kernel) +
          (plan.split ? " x" + std::to_string(plan.num_splits) : std::string());
@@ -329,29 +320,6 @@ Problem with_stride(Problem p, std::int64_t stride) {
   return p;
 }
 
-/// Runs `p` on the wgmma single pass with one item per CTA and checks it against the reference,
-/// then with each of `per_cta` items per CTA: every output must be bit-identical (an item's result
-/// does not depend on the CTA that runs it or on what that CTA ran before).
-void check_items_per_cta(const Problem& p, const std::vector<int>& per_cta, cudaStream_t stream) {
-  DeviceProblem one(p, k::SparseMlaPath::single_pass);
-  one.args.items_per_cta = 1;
-  REQUIRE(k::SparseMla::plan(one.args).items_per_cta == 1);
-  const Outputs want = run_mode(one, Mode::eager, stream);
-  expect_matches(want, reference_of(p), p.h_q, all_tokens(p.s_q), describe(p, " 1 item per CTA"));
-  for (const int n : per_cta) {
-    DeviceProblem d(p, k::SparseMlaPath::single_pass);
-    d.args.items_per_cta = n;
-    REQUIRE(k::SparseMla::plan(d.args).items_per_cta == n);
-    for (const Mode mode : {Mode::eager, Mode::graph}) {
-      const Outputs got = run_mode(d, mode, stream);
-      INFO(describe(p) << " " << n << " items per CTA, " << mode_name(mode));
-      CHECK(got.out == want.out);
-      CHECK(std::memcmp(got.max_logits.data(), want.max_logits.data(), got.max_logits.size() * 4) == 0);
-      CHECK(std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4) == 0);
-    }
-  }
-}
-
 }  // namespace
 
 TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)", "[gpu][sparse_mla]") {
@@ -390,14 +358,11 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
 
 TEST_CASE("sparse_mla: small problem for the sanitizers", "[gpu][sparse_mla]") {
   spg::memory::Stream stream;
-  for (const int d_qk : {512, 576}) {
+  for (const int d_qk : {512, 576})
     // 150 tokens x 2 halves: more items than SMs, so persistent CTAs carry state from one item to
     // the next; topk 192 is an odd block count (the wgmma kernel's last pair has a masked block)
-    const Problem p = make_problem({d_qk, 128, 300, 192, 150}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, 31);
-    check_problem(p, kAllKernels, stream.get(), 2);
-    // wgmma CTAs running 2 and 5 items in a row (the next item's loads overlap the current one)
-    check_items_per_cta(p, {2, 5}, stream.get());
-  }
+    check_problem(make_problem({d_qk, 128, 300, 192, 150}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, 31),
+                  kAllKernels, stream.get(), 2);
 }
 
 TEST_CASE("sparse_mla: public correctness grid against the double reference", "[gpu][sparse_mla]") {
@@ -763,24 +728,6 @@ TEST_CASE("sparse_mla: tokens at or past num_tokens come out as empty rows", "[g
   }
 }
 
-TEST_CASE("sparse_mla: wgmma CTAs running several items in a row match one item per CTA", "[gpu][sparse_mla]") {
-  // Items past num_tokens and tokens of topk_length 0 are empty: the producer skips them while
-  // the consumers still write their rows, so the mbarrier phases of the next item must carry on.
-  spg::memory::Stream stream;
-  const int sms = sm_count();
-  std::uint64_t seed = 6400;
-  for (const int d_qk : {512, 576}) {
-    for (const int h_q : {64, 128}) {
-      Problem p = make_problem({d_qk, h_q, 700, 320, 2 * sms + 37}, {.sink = true, .topk_length = true}, ++seed);
-      for (int t = 0; t < p.s_q; t += 7) p.topk_length[static_cast<std::size_t>(t)] = 0;
-      p.num_tokens = p.s_q - 29;
-      const int items = p.s_q * (h_q / 64);
-      // 2 and 3 per CTA, and one CTA per SM (persistent)
-      check_items_per_cta(p, {2, 3, (items + sms - 1) / sms}, stream.get());
-    }
-  }
-}
-
 TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][sparse_mla]") {
   // Padding past d_qk holds NaN: a kernel that reads it fails the reference check.
   spg::memory::Stream stream;
@@ -821,14 +768,6 @@ TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_ml
     CHECK(plan.kernel == expected_automatic(p));
     CHECK(plan.split == (plan.kernel == k::SparseMlaKernel::wgmma_split_topk));
     if (s_q >= 213) CHECK(plan.kernel == k::SparseMlaKernel::wgmma_single_pass);
-    // 2 items per CTA where that adds no round of items per SM: on 132 SMs s_q 213 (426 items,
-    // 4 rounds either way) takes 2, s_q 4096 (8192 items: 63 rounds, 64 with 2) takes 1.
-    CHECK(plan.items_per_cta == expected_items_per_cta(static_cast<std::int64_t>(s_q) * 2 * plan.num_splits));
-    if (sm_count() == 132 && s_q == 213) CHECK(plan.items_per_cta == 2);
-    if (sm_count() == 132 && s_q == 4096) CHECK(plan.items_per_cta == 1);
-    a.items_per_cta = 3;
-    CHECK(k::SparseMla::plan(a).items_per_cta == std::min<std::int64_t>(3, std::int64_t{s_q} * 2 * plan.num_splits));
-    a.items_per_cta = 0;
     if (s_q <= 16) {
       // topk 1152 = 9 block pairs; 132 SMs over s_q * 2 items: slices of whole pairs
       CHECK(plan.kernel == k::SparseMlaKernel::wgmma_split_topk);
@@ -912,6 +851,5 @@ TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "
   rejects([](k::SparseMlaArgs& b) { b.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10008}); }, "q");
   rejects([](k::SparseMlaArgs& b) { b.kv = nullptr; }, "kv");
   rejects([](k::SparseMlaArgs& b) { b.num_splits = 3; }, "num_splits");
-  rejects([](k::SparseMlaArgs& b) { b.items_per_cta = -1; }, "items_per_cta");
   rejects([](k::SparseMlaArgs& b) { b.sm_scale = std::numeric_limits<float>::infinity(); }, "sm_scale");
 }
