@@ -175,20 +175,30 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     };
     if (n_pairs > 0) load_q(0, 4, q_bar_left);
     const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
+    // The index values of pair `pr` (-1 past the slice's valid part, which is never read, nor
+    // past topk). Loaded one pair ahead, so their latency hides behind a pair's waits and fills
+    // instead of delaying the next pair's first fill.
+    auto load_indices = [&](int pr, int (&raw)[2][4]) {
+#pragma unroll
+      for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = it.j0 + (2 * pr + bb) * 64 + rsub + 16 * i;
+          raw[bb][i] = j < it.j_end ? __ldg(idx_row + j) : -1;
+        }
+    };
+    int next_raw[2][4];
+    if (n_pairs > 0) load_indices(0, next_raw);
     for (int pair = 0; pair < n_pairs; ++pair) {
       int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
 #pragma unroll
       for (int bb = 0; bb < 2; ++bb)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int j = it.j0 + (2 * pair + bb) * 64 + rsub + 16 * i;
-          int id = -1;
-          if (j < it.j_end) {  // never reads past the slice's valid part (nor past topk)
-            id = __ldg(idx_row + j);
-            if (id < 0 || id >= p.s_kv) id = -1;
-          }
-          rows[bb][i] = id;
+          const int id = next_raw[bb][i];
+          rows[bb][i] = id < 0 || id >= p.s_kv ? -1 : id;
         }
+      if (pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
       const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
       // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
       // starts with the right half), K0 right, K1 left.
