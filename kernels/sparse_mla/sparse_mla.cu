@@ -3,6 +3,8 @@
 // sparse_mla.hpp).
 #include "kernels/sparse_mla/sparse_mla.hpp"
 
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -97,8 +99,8 @@ std::size_t plan_workspace(const SparseMlaArgs& a, const SparseMlaPlan& plan) no
 // The wgmma or the mma.sync kernel (each runs single passes and split slices alike): its
 // shared-memory opt-in is made once per device, not on every launch.
 template <int D, bool kWgmma>
-cudaError_t launch_attention(const detail::SparseMlaParams& p, unsigned grid, const DeviceInfo& info,
-                             cudaStream_t stream) noexcept {
+cudaError_t launch_attention(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
+                             const DeviceInfo& info, cudaStream_t stream) noexcept {
   static std::atomic<std::uint64_t> smem_allowed{0};
   constexpr int smem = kWgmma ? detail::WgmmaSmem<D>::kAlloc : detail::MlaSmem<D>::kBytes;
   const void* kernel = kWgmma ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D>)
@@ -106,11 +108,41 @@ cudaError_t launch_attention(const detail::SparseMlaParams& p, unsigned grid, co
   const cudaError_t status = allow_dynamic_smem_once(kernel, smem, info, smem_allowed);
   if (status != cudaSuccess) return status;
   if constexpr (kWgmma) {
-    detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, smem, stream>>>(p);
+    detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, smem, stream>>>(p, out_map);
   } else {
     detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, smem, stream>>>(p);
   }
   return cudaGetLastError();
+}
+
+/// cuTensorMapEncodeTiled, taken from the driver through the runtime once (spgraph does not link
+/// libcuda); null where the driver does not provide it.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() noexcept {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t status =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    return status == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
+               : nullptr;
+  }();
+  return encode;
+}
+
+/// `out` as a 2-D bf16 tensor [rows, 512] for the wgmma kernel's TMA stores of 64 x 64 boxes from
+/// 128B-swizzled panels. Host-only work (no device call), so it can run during capture.
+cudaError_t encode_out_map(CUtensorMap& map, __nv_bfloat16* out, std::int64_t rows) noexcept {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kSparseMlaDv), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kSparseMlaDv) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {64, 64};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, out, dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -145,6 +177,8 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
+  SPG_EXPECTS(std::int64_t{a.s_q} * a.h_q <= std::numeric_limits<std::int32_t>::max(),
+              "s_q = " << a.s_q << " with h_q = " << a.h_q << " makes more than 2^31 - 1 output rows");
   SPG_EXPECTS(items <= std::numeric_limits<std::int32_t>::max(),
               "s_q = " << a.s_q << " with h_q = " << a.h_q << " and up to " << max_splits
                        << " top-k slices makes " << items << " work items, more than 2^31 - 1");
@@ -191,6 +225,11 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   p.num_splits = plan.num_splits;
   p.blocks_per_split = plan.blocks_per_split;
   p.write_partials = plan.split;
+  CUtensorMap out_map{};  // the single pass's TMA stores of out; the other kernels ignore it
+  if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
+    status = encode_out_map(out_map, a.out, std::int64_t{a.s_q} * a.h_q);
+    if (status != cudaSuccess) return status;
+  }
   if (plan.split) {
     auto* base = static_cast<unsigned char*>(workspace);
     p.part_o = reinterpret_cast<float*>(base);
@@ -209,8 +248,8 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks
   const auto launch = [&](auto wgmma_tag) {
     constexpr bool kWgmma = decltype(wgmma_tag)::value;
-    return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, grid, info, stream)
-                         : launch_attention<576, kWgmma>(p, grid, info, stream);
+    return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, out_map, grid, info, stream)
+                         : launch_attention<576, kWgmma>(p, out_map, grid, info, stream);
   };
   status = wgmma ? launch(std::true_type{}) : launch(std::false_type{});
   if (status != cudaSuccess || !plan.split) return status;

@@ -38,6 +38,7 @@
 // tile layout and descriptors: wgmma_sm90.cuh.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math_constants.h>
@@ -125,7 +126,8 @@ __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int it
 }
 
 template <int D>
-__global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p) {
+__global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
+                                                                              const __grid_constant__ CUtensorMap out_map) {
   using L = WgmmaSmem<D>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -513,28 +515,34 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       p.lse[row0 + r] = fin.lse;
     }
   }
-  // bf16 out: stmatrix into rows of 512 + 16 bytes (the pad puts the eight rows of a tile in
-  // distinct banks) over the Q region and the start of K0, both free now (each WG passed a
-  // barrier the other arrives at after its last wgmma), then one 512-byte bulk copy per row.
-  constexpr std::uint32_t kStageRow = 512 + 16;
-  static_assert(2 * 64 * kStageRow <= L::kOffK1, "output staging must fit in Q and K0");
-  const std::uint32_t stg = sb + L::kOffQ + static_cast<std::uint32_t>(wg) * 64 * kStageRow;
-  const int tile = lane >> 3;  // this lane addresses row lane % 8 of stmatrix tile `tile`
-  const std::uint32_t lane_row =
-      stg + static_cast<std::uint32_t>(16 * w + (lane & 7) + 8 * (tile & 1)) * kStageRow + (tile >> 1) * 16;
+  // bf16 out: stmatrix into the Q region, free now (each WG passed a barrier the other arrives
+  // at after its last wgmma), as four 128B-swizzled [64 rows x 64 columns] panels per warpgroup
+  // (the eight rows of a stmatrix tile land in distinct banks), then one TMA store per panel.
+  static_assert(2 * 4 * 8192 <= L::kOffK0, "output staging must fit in the Q region");
+  const std::uint32_t stg = sb + L::kOffQ + static_cast<std::uint32_t>(wg) * 4 * 8192;
+  // This lane addresses row lane % 8 of stmatrix tile lane / 8; tiles (8-column group, row half)
+  // of step j: (2j, 0), (2j, 1), (2j + 1, 0), (2j + 1, 1). Group 2j + half sits in panel j / 4 as
+  // chunk (2 (j % 4) + half) ^ (row % 8) = ((half ^ lane % 8) ^ 2 (j % 4)): the lane's chunk of
+  // step 0, with j % 4 XORed into bits 5-6 of the (128-byte aligned) row address.
+  const int tile = lane >> 3;
+  const std::uint32_t lane_base = stg + static_cast<std::uint32_t>(16 * w + (lane & 7) + 8 * (tile & 1)) * 128 +
+                                  static_cast<std::uint32_t>(((tile >> 1) ^ (lane & 7)) << 4);
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    // tiles (8-column group, row half): (2j, 0), (2j, 1), (2j + 1, 0), (2j + 1, 1)
-    stmatrix_x4(lane_row + 32 * j, pack_bf16(o[8 * j] * inv[0], o[8 * j + 1] * inv[0]),
+    stmatrix_x4((lane_base ^ static_cast<std::uint32_t>((j & 3) << 5)) + (j >> 2) * 8192,
+                pack_bf16(o[8 * j] * inv[0], o[8 * j + 1] * inv[0]),
                 pack_bf16(o[8 * j + 2] * inv[1], o[8 * j + 3] * inv[1]),
                 pack_bf16(o[8 * j + 4] * inv[0], o[8 * j + 5] * inv[0]),
                 pack_bf16(o[8 * j + 6] * inv[1], o[8 * j + 7] * inv[1]));
   }
-  fence_proxy_async();  // the stmatrix writes, visible to the bulk copies
+  fence_proxy_async();  // the stmatrix writes, visible to the TMA engine
   named_barrier(kWgBarEpi0 + wg, 128);
-  if (x < 64) {
-    bulk_store(p.out + (row0 + x) * 512 + wg * 256, stg + static_cast<std::uint32_t>(x) * kStageRow, 512, l2_evict_first());
-    bulk_commit_and_wait_read();
+  if (x == 0) {
+    const std::uint64_t policy = l2_evict_first();  // out rows are not read again here
+#pragma unroll
+    for (int pn = 0; pn < 4; ++pn)
+      tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, static_cast<int>(row0), policy);
+    bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
   }
 }
 

@@ -1,8 +1,9 @@
 // Hopper (sm_90a) device helpers of the wgmma sparse MLA kernel (sparse_mla_wgmma_kernel.cuh):
 // shared-memory matrix descriptors, the three wgmma shapes the kernel issues, wgmma and proxy
 // fences, mbarriers with a bounded wait, named-barrier arrival, register reallocation between
-// warpgroups, cp.async with an L2 prefetch hint, and the accumulator fragment layouts. Raw PTX,
-// so the encodings tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are exactly the ones written here.
+// warpgroups, cp.async with an L2 prefetch hint, TMA stores and L2 policies, and the accumulator
+// fragment layouts. Raw PTX, so the encodings tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are
+// exactly the ones written here.
 //
 // Shared-memory tile convention (the "128-byte-swizzle K-major" layout): a [rows x 64*P] bf16 tile
 // is stored as P panels of 64 columns, panel p at byte p * rows * 128; within a panel row r sits at
@@ -212,11 +213,12 @@ __device__ __forceinline__ void stmatrix_x4(std::uint32_t row_addr, std::uint32_
                : "memory");
 }
 
-/// Bulk copy (TMA engine) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from
-/// shared to global memory, in this thread's current bulk group, under L2 policy `policy`.
-__device__ __forceinline__ void bulk_store(void* dst, std::uint32_t src, std::uint32_t bytes, std::uint64_t policy) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;\n" ::"l"(dst), "r"(src),
-               "r"(bytes), "l"(policy)
+/// TMA store of one [64 rows x 64 columns] bf16 box from a 128B-swizzled K-major panel at `src`
+/// (8 KiB, the layout of swz_offset with 64 rows) to the tensor `map` describes, at column `col`
+/// and row `row` of the tensor, with an L2 policy. Completes asynchronously (bulk group).
+__device__ __forceinline__ void tma_store_box(const void* map, std::uint32_t src, int col, int row, std::uint64_t policy) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;\n" ::"l"(map),
+               "r"(src), "r"(col), "r"(row), "l"(policy)
                : "memory");
 }
 /// L2 policy "evict first" for every line an access touches: for data read or written once (a
