@@ -103,7 +103,7 @@ struct SparseMla {
   ///         or 128, d_qk not 512 or 576, topk not a positive multiple of 64, s_q < 1, s_kv < 1,
   ///         kv_row_stride < d_qk or not a multiple of 8, q/kv/out not 16-byte aligned, a
   ///         non-finite sm_scale, num_splits outside [0, topk / 64],
-  ///         or more than 2^31 - 1 work items.
+  ///         more than 2^31 - 1 output rows (s_q * h_q) or more than 2^31 - 1 work items.
   static void can_implement(const SparseMlaArgs& args);
 
   /// @brief The plan run() will launch for these arguments on the current device.
@@ -120,8 +120,10 @@ struct SparseMla {
   /// @brief Launches the kernel(s) of plan(args) on `stream`; allocates, syncs and validates
   ///        nothing (call can_implement and plan first), so it can be captured. `workspace` must
   ///        hold workspace_bytes(args) bytes, 256-byte aligned. Returns cudaGetLastError() after
-  ///        the launches, or cudaErrorInvalidDevice without launching when the plan's kernel is
-  ///        a wgmma kernel and the device is not compute capability 9.0.
+  ///        the launches, or without launching: cudaErrorInvalidDevice when the plan's kernel is
+  ///        a wgmma kernel and the device is not compute capability 9.0, cudaErrorNotSupported
+  ///        when the driver does not provide cuTensorMapEncodeTiled (the wgmma single pass writes
+  ///        out with TMA stores), cudaErrorInvalidValue when it rejects out's tensor map.
   static cudaError_t run(const SparseMlaArgs& args, void* workspace, cudaStream_t stream) noexcept;
 };
 

@@ -851,5 +851,6 @@ TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "
   rejects([](k::SparseMlaArgs& b) { b.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10008}); }, "q");
   rejects([](k::SparseMlaArgs& b) { b.kv = nullptr; }, "kv");
   rejects([](k::SparseMlaArgs& b) { b.num_splits = 3; }, "num_splits");
+  rejects([](k::SparseMlaArgs& b) { b.s_q = 20'000'000; b.h_q = 128; }, "output rows");
   rejects([](k::SparseMlaArgs& b) { b.sm_scale = std::numeric_limits<float>::infinity(); }, "sm_scale");
 }
