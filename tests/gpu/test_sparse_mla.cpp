@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/catch.hpp"
+#include "common/sparse_mla_shape_args.hpp"
 #include "gpu/sparse_mla_test_util.hpp"
 
 namespace {
@@ -278,26 +279,6 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
       expect_matches(got, want, p.h_q, tokens, describe(p) + plan_name(plan) + " " + mode_name(mode));
     }
   }
-}
-
-/// Arguments whose pointers are aligned placeholders (never dereferenced), for the checks and plans
-/// that look at shapes only; kv rows are 512 elements apart.
-k::SparseMlaArgs shape_only_args(int s_kv, int topk, int s_q, int h_q, int d_qk) {
-  k::SparseMlaArgs a{};
-  a.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10000});
-  a.kv = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x20000});
-  a.indices = reinterpret_cast<const std::int32_t*>(std::uintptr_t{0x30000});
-  a.out = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t{0x40000});
-  a.max_logits = reinterpret_cast<float*>(std::uintptr_t{0x50000});
-  a.lse = reinterpret_cast<float*>(std::uintptr_t{0x60000});
-  a.kv_row_stride = 512;
-  a.s_kv = s_kv;
-  a.topk = topk;
-  a.s_q = s_q;
-  a.h_q = h_q;
-  a.d_qk = d_qk;
-  a.sm_scale = 0.04f;
-  return a;
 }
 
 /// The four kernels, by their explicit paths.
@@ -825,32 +806,4 @@ TEST_CASE("sparse_mla: wgmma tiles (Q K^T, P V with P from registers and from sh
     }
   check(got.o_rs, o_ref, 512, 5e-3, 1e-3, "pv-rs (m64n256k16, P from registers, V MN-major)");
   check(got.o_ss, o_ref, 512, 5e-3, 1e-3, "pv-ss (m64n256k16, P from a shared panel, V MN-major)");
-}
-
-TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "[gpu][sparse_mla]") {
-  const k::SparseMlaArgs a = shape_only_args(100, 128, 5, 128, 512);
-  REQUIRE_NOTHROW(k::SparseMla::can_implement(a));
-  auto rejects = [&](auto mutate, const char* name) {
-    k::SparseMlaArgs b = a;
-    mutate(b);
-    INFO(name);
-    try {
-      k::SparseMla::can_implement(b);
-      FAIL("accepted");
-    } catch (const spg::InvalidArgument& e) {
-      CHECK(std::string(e.what()).find(name) != std::string::npos);
-    }
-  };
-  rejects([](k::SparseMlaArgs& b) { b.h_q = 96; }, "h_q");
-  rejects([](k::SparseMlaArgs& b) { b.d_qk = 128; b.kv_row_stride = 128; }, "d_qk");
-  rejects([](k::SparseMlaArgs& b) { b.topk = 100; }, "topk");
-  rejects([](k::SparseMlaArgs& b) { b.topk = 0; }, "topk");
-  rejects([](k::SparseMlaArgs& b) { b.s_q = 0; }, "s_q");
-  rejects([](k::SparseMlaArgs& b) { b.kv_row_stride = 500; }, "kv_row_stride");
-  rejects([](k::SparseMlaArgs& b) { b.kv_row_stride = 516; }, "kv_row_stride");
-  rejects([](k::SparseMlaArgs& b) { b.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10008}); }, "q");
-  rejects([](k::SparseMlaArgs& b) { b.kv = nullptr; }, "kv");
-  rejects([](k::SparseMlaArgs& b) { b.num_splits = 3; }, "num_splits");
-  rejects([](k::SparseMlaArgs& b) { b.s_q = 20'000'000; b.h_q = 128; }, "output rows");
-  rejects([](k::SparseMlaArgs& b) { b.sm_scale = std::numeric_limits<float>::infinity(); }, "sm_scale");
 }
