@@ -5,16 +5,17 @@
 #include <chrono>
 #include <cstring>
 
+#include "graphs/pipeline_pool.hpp"
 #include "memory/error.hpp"
-#include "memory/pipeline_pool.hpp"
 
 namespace spg::graphs {
 
 namespace {
 
-using memory::kNumRatios;
-using memory::kRatios;
-using memory::ratio_index;
+memory::PipelineConfig validated(memory::PipelineConfig config) {
+  config.validate();  // before anything is sized from it (buckets, pool)
+  return config;
+}
 
 std::vector<std::vector<int>> make_programs(const memory::PipelineConfig& config, const ExecutorOptions& o) {
   if (o.programs.empty()) {
@@ -52,11 +53,19 @@ std::size_t attention_headroom(const memory::PipelineConfig& config, const std::
   return bytes;
 }
 
-/// Compressed blocks a request of seq_len tokens reads: its seq_len / r rows, block_tokens / r a block.
-std::size_t compressed_blocks_needed(int seq_len, int r, int block_tokens) {
-  const int rows = seq_len / r;
-  const int per_block = block_tokens / r;
-  return static_cast<std::size_t>((rows + per_block - 1) / per_block);
+/// The pool for what the caller did not bind, planned only once every binding has passed its checks.
+memory::BufferPool checked_pool(const memory::PipelineConfig& config, const ExecutorOptions& options,
+                                const std::vector<std::vector<int>>& programs, const BucketSet& buckets) {
+  check_bindings(config, options.buffers, programs, options.insert);
+  return memory::BufferPool(plan_pipeline_pool(config, options.buffers, options.insert),
+                            attention_headroom(config, programs, buckets));
+}
+
+template <class T, std::size_t Rank>
+DeviceView<T, Rank> slot_view(const memory::BufferPool& pool, const std::string& name,
+                              const std::array<std::size_t, Rank>& extents) {
+  const auto v = pool.view<T, Rank>(name, extents);
+  return contiguous_view<T, Rank>(v.data_handle(), extents);
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -65,44 +74,100 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-const char* run_status_name(RunStatus s) noexcept {
-  switch (s) {
-    case RunStatus::ok: return "ok";
-    case RunStatus::no_bucket: return "no bucket holds the chunk (more requests or tokens than the largest bucket)";
-    case RunStatus::bad_chunk: return "chunk inconsistent with the config (lengths, block tables or slots)";
-    case RunStatus::bad_program: return "no such program";
-    case RunStatus::not_warmed_up: return "warmup() has not run";
-    case RunStatus::cuda_error: return "a CUDA call failed";
-  }
-  return "unknown";
-}
-
 Executor::Executor(memory::PipelineConfig config, ExecutorOptions options)
-    : config_(std::move(config)),
+    : config_(validated(std::move(config))),
       options_(std::move(options)),
       buckets_(make_buckets(config_, options_)),
       programs_(make_programs(config_, options_)),
-      pool_(memory::plan_pipeline_pool(config_), attention_headroom(config_, programs_, buckets_)),
-      meta_(memory::ChunkMetaLayout::make(config_)),
+      pool_(checked_pool(config_, options_, programs_, buckets_)),
+      encoder_(config_, options_.insert),
       staged_{memory::Event(false), memory::Event(false)} {
   for (const auto& layers : programs_) {
     int mask = 0;
     for (int l : layers) mask |= 1 << ratio_index(config_.layers[static_cast<std::size_t>(l)].compress_ratio);
     program_ratios_.push_back(mask);
   }
+  // Every layer's buffers: the caller's where bound, else the pool's slot.
+  const auto T = static_cast<std::size_t>(config_.max_tokens);
+  views_.resize(config_.layers.size());
+  for (std::size_t i = 0; i < config_.layers.size(); ++i) {
+    const memory::LayerConfig& l = config_.layers[i];
+    const LayerBuffers given = options_.buffers.empty() ? LayerBuffers{} : options_.buffers[i];
+    LayerBuffers& v = views_[i];
+    v = given;
+    const auto h = static_cast<std::size_t>(l.h_q);
+    auto planned = [&](LayerBuffer b, bool is_bound) {
+      return !is_bound && layer_uses(l, b, options_.insert);
+    };
+    auto name = [&](LayerBuffer b) { return slots::layer_slot(i, b); };
+    using B = LayerBuffer;
+    if (planned(B::q, bound(given.q))) {
+      v.q = slot_view<__nv_bfloat16, 3>(pool_, name(B::q), {T, h, static_cast<std::size_t>(l.d_qk)});
+    }
+    if (planned(B::topk_indices, bound(given.topk_indices))) {
+      v.topk_indices = slot_view<std::int32_t, 2>(pool_, name(B::topk_indices), {T, static_cast<std::size_t>(l.top_k)});
+    }
+    if (planned(B::k_rows, bound(given.k_rows))) {
+      v.k_rows = slot_view<__nv_bfloat16, 2>(pool_, name(B::k_rows), {T, std::size_t{memory::kHeadDim}});
+    }
+    if (planned(B::compressed_k_rows, bound(given.compressed_k_rows))) {
+      v.compressed_k_rows = slot_view<__nv_bfloat16, 2>(
+          pool_, name(B::compressed_k_rows),
+          {required_rows(config_, l, B::compressed_k_rows), std::size_t{memory::kHeadDim}});
+    }
+    for (const B cb : {B::swa_cache, B::compressed_cache}) {
+      PagedCache& c = cb == B::swa_cache ? v.swa_cache : v.compressed_cache;
+      if (planned(cb, bound(c))) {
+        c.layout = required_cache(config_, l, cb);
+        c.data = reinterpret_cast<std::uint8_t*>(pool_.bytes(name(cb), c.layout.bytes()));
+      }
+    }
+    if (planned(B::attn_sink, bound(given.attn_sink))) v.attn_sink = slot_view<float, 1>(pool_, name(B::attn_sink), {h});
+    if (planned(B::out, bound(given.out))) {
+      v.out = slot_view<__nv_bfloat16, 3>(pool_, name(B::out), {T, h, static_cast<std::size_t>(l.d_v)});
+    }
+    if (planned(B::lse, bound(given.lse))) v.lse = slot_view<float, 2>(pool_, name(B::lse), {T, h});
+    if (planned(B::max_logits, bound(given.max_logits))) {
+      v.max_logits = slot_view<float, 2>(pool_, name(B::max_logits), {T, h});
+    }
+  }
+  workspace_.kv = slot_view<__nv_bfloat16, 3>(
+      pool_, slots::kKvWorkspace,
+      {static_cast<std::size_t>(config_.max_requests), static_cast<std::size_t>(max_kv_rows(config_)),
+       std::size_t{memory::kHeadDim}});
+  workspace_.combined_indices = slot_view<std::int32_t, 2>(
+      pool_, slots::kCombined, {T, static_cast<std::size_t>(max_combined_width(config_))});
+  workspace_.combined_lens = slot_view<std::int32_t, 1>(pool_, slots::kCombinedLens, {T});
+
+  const std::size_t meta_bytes = encoder_.layout().bytes();
+  chunk_meta_ = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kChunkMeta, meta_bytes));
+  status_ = reinterpret_cast<kernels::StepStatus*>(pool_.bytes(slots::kStepStatus, sizeof(kernels::StepStatus)));
   // Unwritten metadata must never be garbage a kernel could trust: start from zeros.
-  SPG_CUDA_TRY(cudaMemsetAsync(pool_.bytes(memory::slots::kChunkMeta, meta_.bytes()), 0, meta_.bytes(), stream()));
+  SPG_CUDA_TRY(cudaMemsetAsync(chunk_meta_, 0, meta_bytes, stream()));
   for (int s = 0; s < 2; ++s) {
-    staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(memory::slots::kStaging[s], meta_.bytes()));
-    std::memset(staging_[s], 0, meta_.bytes());
+    staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStaging[s], meta_bytes));
+    std::memset(staging_[s], 0, meta_bytes);
   }
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
 }
 
 Executor::~Executor() {
-  // Graphs and the pool must not be torn down under running work.
-  const cudaError_t e = cudaStreamSynchronize(stream_.get());
-  memory::detail::report_release_failure("executor stream work", e);
+  // Graphs and the pool must not be torn down under running work, on whichever stream it runs.
+  for (int s = 0; s < 2; ++s) {
+    if (staged_pending_[s]) memory::detail::report_release_failure("executor step", cudaEventSynchronize(staged_[s].get()));
+  }
+  memory::detail::report_release_failure("executor stream work", cudaStreamSynchronize(stream_.get()));
+}
+
+PipelineBuffers Executor::pipeline_buffers() const noexcept {
+  PipelineBuffers b;
+  for (int s = 0; s < 2; ++s) b.staging[s] = reinterpret_cast<const std::byte*>(staging_[s]);
+  b.chunk_meta = chunk_meta_;
+  b.status = status_;
+  b.workspace = workspace_;
+  b.attention_workspace = attention_workspace_;
+  b.layers = &views_;
+  return b;
 }
 
 WarmupReport Executor::warmup() {
@@ -111,30 +176,36 @@ WarmupReport Executor::warmup() {
   report.buckets = buckets_.size();
   report.programs = programs();
 
+  // A warm-up that failed part-way may be called again: the workspace carved then is reused, and
+  // the recordings and graphs are only kept once all of them exist.
   const std::size_t ws_bytes = attention_headroom(config_, programs_, buckets_);
   if (ws_bytes > 0) {
-    pool_.carve(memory::SlotSpec{"attention_workspace", ws_bytes, 256, memory::MemoryKind::device,
-                                 "split-top-k partials"});
-    attention_workspace_ = pool_.bytes("attention_workspace", ws_bytes);
+    if (pool_.plan().find(slots::kAttentionWorkspace) == nullptr) {
+      pool_.carve(memory::SlotSpec{slots::kAttentionWorkspace, ws_bytes, 256, memory::MemoryKind::device,
+                                   "split-top-k partials"});
+    }
+    attention_workspace_ = pool_.bytes(slots::kAttentionWorkspace, ws_bytes);
   }
 
-  entries_.clear();
-  entries_.resize(programs_.size() * static_cast<std::size_t>(buckets_.size()));
+  std::vector<Entry> entries(programs_.size() * static_cast<std::size_t>(buckets_.size()));
+  const PipelineBuffers buffers = pipeline_buffers();
   for (int p = 0; p < programs(); ++p) {
     for (int b = 0; b < buckets_.size(); ++b) {
-      entry(p, b)->pipeline = std::make_unique<Pipeline>(config_, pool_, programs_[static_cast<std::size_t>(p)],
-                                                         buckets_.r_of(b), buckets_.t_of(b), options_.insert,
-                                                         attention_workspace_);
+      entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) + static_cast<std::size_t>(b)]
+          .pipeline = std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)],
+                                                 buckets_.r_of(b), buckets_.t_of(b), options_.insert);
     }
   }
-  report.kernel_launches_per_step = entry(0, buckets_.size() - 1)->pipeline->kernel_launches();
+  report.kernel_launches_per_step = entries[static_cast<std::size_t>(buckets_.size()) - 1].pipeline->kernel_launches();
 
   // One eager pass over every shape with an empty chunk: loads every kernel and checks every launch.
   const ChunkInput empty{};
-  const RunStatus st = write_staging(empty, 0, 0, 0);
-  SPG_EXPECTS_AS(StateError, st == RunStatus::ok, "warm-up: the empty chunk was refused: " << run_status_name(st));
+  const ChunkCheck checked = encoder_.check(empty, program_ratios_[0]);
+  SPG_EXPECTS_AS(StateError, checked.status == RunStatus::ok,
+                 "warm-up: the empty chunk was refused: " << run_status_name(checked.status));
+  encoder_.write(empty, checked, program_ratios_[0], staging_[0]);
   auto t0 = std::chrono::steady_clock::now();
-  for (auto& e : entries_) SPG_CUDA_TRY(e.pipeline->record(0, stream()));
+  for (auto& e : entries) SPG_CUDA_TRY(e.pipeline->record(0, stream()));
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
   report.eager_ms = ms_since(t0);
 
@@ -146,12 +217,13 @@ WarmupReport Executor::warmup() {
     t0 = std::chrono::steady_clock::now();
     for (int p = 0; p < programs(); ++p) {
       for (int b = buckets_.size() - 1; b >= 0; --b) {  // largest first
-        Entry* e = entry(p, b);
+        Entry& e = entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) +
+                           static_cast<std::size_t>(b)];
         for (int s = 0; s < 2; ++s) {
           CaptureGuard guard(stream());
-          SPG_CUDA_TRY(e->pipeline->record(s, stream()));
+          SPG_CUDA_TRY(e.pipeline->record(s, stream()));
           const Graph graph = guard.finish();
-          e->exec[s] = GraphExec::instantiate(graph, stream());
+          e.exec[s] = GraphExec::instantiate(graph, stream());
           ++report.graphs;
         }
       }
@@ -161,6 +233,7 @@ WarmupReport Executor::warmup() {
     SPG_CUDA_TRY(cudaMemGetInfo(&free_after, &total));
     report.graph_device_bytes = static_cast<std::int64_t>(free_before) - static_cast<std::int64_t>(free_after);
   }
+  entries_ = std::move(entries);
   pool_.seal();
   report.pool_device_bytes = pool_.device_bytes();
   report.pool_pinned_bytes = pool_.pinned_bytes();
@@ -169,101 +242,15 @@ WarmupReport Executor::warmup() {
   return report;
 }
 
-RunStatus Executor::write_staging(const ChunkInput& chunk, int program, int bucket, int s) noexcept {
-  const int n = static_cast<int>(chunk.requests.size());
-  if (n > config_.max_requests) return RunStatus::no_bucket;
-  const int mask = program_ratios_[static_cast<std::size_t>(program)];
-  const int window = config_.layers[0].window;
-  const int swa_bs = config_.cache.swa_block_size;
-  const int ctok = config_.cache.block_tokens;
-  int tokens = 0;
-  for (const RequestInput& r : chunk.requests) {
-    if (r.query_len < 0 || r.seq_len < r.query_len || r.seq_len > config_.max_model_len) return RunStatus::bad_chunk;
-    tokens += r.query_len;
-    const std::size_t swa_need = static_cast<std::size_t>((r.seq_len + swa_bs - 1) / swa_bs);
-    if (r.swa_blocks.size() < swa_need) return RunStatus::bad_chunk;
-    for (int i = 1; i < kNumRatios; ++i) {
-      if ((mask >> i & 1) && r.compressed_blocks[i].size() < compressed_blocks_needed(r.seq_len, kRatios[i], ctok)) {
-        return RunStatus::bad_chunk;
-      }
-    }
-  }
-  if (tokens > config_.max_tokens) return RunStatus::no_bucket;
-  // No slot lists: the inserts derive every slot from the block tables on the device.
-  const bool derive = chunk.swa_slots.empty();
-  int new_rows[kNumRatios] = {0, 0, 0};
-  if (options_.insert && n > 0) {
-    if (!derive && chunk.swa_slots.size() != static_cast<std::size_t>(tokens)) return RunStatus::bad_chunk;
-    for (int i = 1; i < kNumRatios; ++i) {
-      if (!(mask >> i & 1)) continue;
-      if (derive) {
-        if (!chunk.compressed_slots[i].empty()) return RunStatus::bad_chunk;  // both lists or neither
-        for (const RequestInput& r : chunk.requests) {
-          new_rows[i] += r.seq_len / kRatios[i] - (r.seq_len - r.query_len) / kRatios[i];
-        }
-      } else {
-        new_rows[i] = static_cast<int>(chunk.compressed_slots[i].size());
-      }
-      // The bucket's insert launch covers min(T_bucket / r + R_bucket, capacity) rows.
-      const int rows = std::min(buckets_.t_of(bucket) / kRatios[i] + buckets_.r_of(bucket),
-                                memory::ChunkMetaLayout::compressed_slot_capacity(config_, kRatios[i]));
-      if (new_rows[i] > rows) return RunStatus::bad_chunk;
-    }
-  }
-
-  // Valid: fill the staging block. Only what the kernels will read this step is written.
-  std::int32_t* w = staging_[s];
-  int max_gather = 0;
-  int* qsl = w + meta_.query_start_loc;
-  qsl[0] = 0;
-  for (int b = 0; b < config_.max_requests; ++b) {
-    const bool real = b < n;
-    const RequestInput* r = real ? &chunk.requests[static_cast<std::size_t>(b)] : nullptr;
-    const int seq = real ? r->seq_len : 0;
-    const int gather = real ? std::min(seq, r->query_len + window - 1) : 0;
-    qsl[b + 1] = qsl[b] + (real ? r->query_len : 0);
-    w[meta_.seq_lens + b] = seq;
-    w[meta_.gather_lens + b] = gather;
-    max_gather = std::max(max_gather, gather);
-    if (!real) continue;
-    // Only the SWA blocks of the window positions [seq - gather, seq) are ever read (the gather's
-    // window and the insert's new tokens): the rest of the row is left as it was.
-    const std::size_t swa_first = static_cast<std::size_t>((seq - gather) / swa_bs);
-    const std::size_t swa_end = static_cast<std::size_t>((seq + swa_bs - 1) / swa_bs);
-    std::memcpy(w + meta_.swa_block_table + b * meta_.swa_table_width + swa_first, r->swa_blocks.data() + swa_first,
-                (swa_end - swa_first) * 4);
-    for (int i = 1; i < kNumRatios; ++i) {
-      if (!(mask >> i & 1)) continue;
-      const std::size_t need = compressed_blocks_needed(seq, kRatios[i], ctok);
-      std::memcpy(w + meta_.compressed_block_table[i] + b * meta_.compressed_table_width,
-                  r->compressed_blocks[i].data(), need * 4);
-    }
-  }
-  for (int i = 0; i < kNumRatios; ++i) {
-    const int r = kRatios[i];
-    int n_rows = 0;
-    for (int b = 0; b < n && r > 1; ++b) n_rows = std::max(n_rows, chunk.requests[static_cast<std::size_t>(b)].seq_len / r);
-    auto* sc = reinterpret_cast<kernels::ChunkScalars*>(w + meta_.scalars) + i;
-    sc->num_requests = n;
-    sc->num_tokens = tokens;
-    sc->n_rows = n_rows;
-    sc->m_rows = n_rows + max_gather;
-    sc->new_rows = options_.insert ? new_rows[i] : 0;
-    sc->derive_slots = derive ? 1 : 0;
-  }
-  if (options_.insert && n > 0 && !derive) {
-    std::memcpy(w + meta_.swa_slots, chunk.swa_slots.data(), chunk.swa_slots.size_bytes());
-    for (int i = 1; i < kNumRatios; ++i) {
-      if ((mask >> i & 1) && !chunk.compressed_slots[i].empty()) {
-        std::memcpy(w + meta_.compressed_slots[i], chunk.compressed_slots[i].data(),
-                    chunk.compressed_slots[i].size_bytes());
-      }
-    }
-  }
-  return RunStatus::ok;
+Graph Executor::record_graph(int program, int bucket, int staging) const {
+  SPG_EXPECTS_AS(StateError, warmed_up_, "Executor::record_graph: warmup() has not run");
+  memory::Stream s;
+  CaptureGuard guard(s.get());
+  SPG_CUDA_TRY(pipeline(program, bucket).record(staging, s.get()));
+  return guard.finish();
 }
 
-RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph) noexcept {
+RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept {
   RunResult result;
   if (!warmed_up_ || (graph && !options_.capture)) {
     result.status = RunStatus::not_warmed_up;
@@ -273,7 +260,18 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph) noe
     result.status = RunStatus::bad_program;
     return result;
   }
-  result.bucket = buckets_.lookup(static_cast<int>(chunk.requests.size()), chunk.num_tokens());
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.time_host_phases;
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  const int mask = program_ratios_[static_cast<std::size_t>(program)];
+  const ChunkCheck checked = encoder_.check(chunk, mask);
+  if (checked.status != RunStatus::ok) {
+    result.status = checked.status;
+    result.bad_request = checked.bad_request;
+    result.bad_field = checked.bad_field;
+    return result;
+  }
+  result.bucket = buckets_.lookup(checked.requests, checked.tokens);
   if (result.bucket < 0) {
     result.status = RunStatus::no_bucket;
     return result;
@@ -285,9 +283,9 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph) noe
     cudaError_t q = cudaEventQuery(staged_[s].get());
     if (q == cudaErrorNotReady) {
       ++host_waits_;
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto w0 = Clock::now();
       q = cudaEventSynchronize(staged_[s].get());
-      result.waited_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      result.waited_us = std::chrono::duration<double, std::micro>(Clock::now() - w0).count();
     }
     if (q != cudaSuccess) {
       result.status = RunStatus::cuda_error;
@@ -296,40 +294,52 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph) noe
     }
     staged_pending_[s] = false;
   }
-  using Clock = std::chrono::steady_clock;
-  const bool timed = options_.time_host_phases;
-  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
-  result.status = write_staging(chunk, program, result.bucket, s);
-  if (result.status != RunStatus::ok) return result;
+  encoder_.write(chunk, checked, mask, staging_[s]);
   Entry* e = entry(program, result.bucket);
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
-  cudaError_t err = graph ? e->exec[s].launch(stream()) : e->pipeline->record(s, stream());
+  // Steps share the pool's metadata block and workspaces: a step on another stream than the last
+  // one waits for it on the device.
+  cudaError_t err = cudaSuccess;
+  if (steps_ > 0 && stream != last_stream_) err = cudaStreamWaitEvent(stream, staged_[(steps_ - 1) & 1].get(), 0);
+  if (err == cudaSuccess) err = graph ? e->exec[s].launch(stream) : e->pipeline->record(s, stream);
   const Clock::time_point t2 = timed ? Clock::now() : Clock::time_point{};
-  if (err == cudaSuccess) err = cudaEventRecord(staged_[s].get(), stream());
+  if (err == cudaSuccess) err = cudaEventRecord(staged_[s].get(), stream);
   if (timed) {
     using Us = std::chrono::duration<double, std::micro>;
     result.phases = {Us(t1 - t0).count(), Us(t2 - t1).count(), Us(Clock::now() - t2).count()};
   }
   if (err != cudaSuccess) {
+    // Part of the step may be queued and still read staging block s: let it drain before the
+    // block can be written again (the error path only).
+    (void)cudaStreamSynchronize(stream);
     result.status = RunStatus::cuda_error;
     result.cuda = err;
     return result;
   }
   staged_pending_[s] = true;
+  last_stream_ = stream;
   ++steps_;
   return result;
 }
 
-RunResult Executor::run(const ChunkInput& chunk, int program) noexcept { return launch(chunk, program, true); }
-RunResult Executor::run_eager(const ChunkInput& chunk, int program) noexcept { return launch(chunk, program, false); }
+RunResult Executor::run(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept {
+  return launch(chunk, program, true, stream);
+}
+RunResult Executor::run_eager(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept {
+  return launch(chunk, program, false, stream);
+}
 
-void Executor::synchronize() const { SPG_CUDA_TRY(cudaStreamSynchronize(stream())); }
+void Executor::synchronize() const {
+  for (int s = 0; s < 2; ++s) {
+    if (staged_pending_[s]) SPG_CUDA_TRY(cudaEventSynchronize(staged_[s].get()));
+  }
+  SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+}
 
 kernels::StepStatus Executor::read_status() const {
   kernels::StepStatus status{};
-  SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
-  SPG_CUDA_TRY(cudaMemcpy(&status, pool_.bytes(memory::slots::kStepStatus, sizeof status), sizeof status,
-                          cudaMemcpyDeviceToHost));
+  synchronize();
+  SPG_CUDA_TRY(cudaMemcpy(&status, status_, sizeof status, cudaMemcpyDeviceToHost));
   return status;
 }
 

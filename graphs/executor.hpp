@@ -1,5 +1,6 @@
-// Executor: plans and allocates the pool, captures one CUDA graph per (program, chunk shape,
-// staging block), and replays them: one graph launch per step, no allocation (docs/graphs.md).
+// Executor: plans and allocates the pool for what the caller did not bind, captures one CUDA
+// graph per (program, chunk shape, staging block), and replays them on the caller's stream: one
+// graph launch per step, no allocation (docs/graphs.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,9 +11,11 @@
 #include <vector>
 
 #include "graphs/buckets.hpp"
-#include "graphs/chunk_input.hpp"
+#include "graphs/chunk_format.hpp"
 #include "graphs/graph.hpp"
+#include "graphs/layer_buffers.hpp"
 #include "graphs/pipeline.hpp"
+#include "graphs/run_status.hpp"
 #include "kernels/step_status.hpp"
 #include "memory/buffer_pool.hpp"
 #include "memory/pipeline_config.hpp"
@@ -25,10 +28,13 @@ struct ExecutorOptions {
   std::vector<int> r_buckets;               ///< empty: BucketSet::make_default
   std::vector<int> t_buckets;               ///< empty: BucketSet::make_default
   std::vector<std::vector<int>> programs;   ///< layer lists; empty: one program of every layer
-  bool insert{true};                        ///< record stage 0 (quantize new K rows into the caches)
+  bool insert{true};                        ///< record the insert stage (quantize new K rows into the caches)
   bool capture{true};                       ///< false: eager only (debugging); run() then fails
   /// Time the host phases of every run() into RunResult::phases (three clock reads a step).
   bool time_host_phases{false};
+  /// The caller's buffers, one LayerBuffers per layer (or none): a member with data is used in
+  /// place, the rest is planned in the pool (docs/memory.md, "Engine-owned buffers").
+  std::vector<LayerBuffers> buffers;
 };
 
 /// @brief What warm-up did and what it holds (table D of docs/benchmarks.md).
@@ -42,22 +48,16 @@ struct WarmupReport {
   std::size_t pool_device_bytes{0};
   std::size_t pool_pinned_bytes{0};
   int pool_allocation_calls{0};
-  int kernel_launches_per_step{0};   ///< of program 0 at its largest bucket
-};
-
-enum class RunStatus {
-  ok,
-  no_bucket,       ///< more requests or tokens than the largest bucket
-  bad_chunk,       ///< lengths, block tables or slots inconsistent with the config (nothing written)
-  bad_program,     ///< no such program
-  not_warmed_up,   ///< warmup() has not run (or capture was disabled for run())
-  cuda_error,      ///< a CUDA call failed; see RunResult::cuda
+  int kernel_launches_per_step{0};   ///< graph nodes of program 0 at its largest bucket
 };
 
 struct RunResult {
   RunStatus status{RunStatus::ok};
   cudaError_t cuda{cudaSuccess};
   int bucket{-1};
+  /// bad_chunk: the request at fault (-1 for a chunk-wide field) and the field (a static string).
+  int bad_request{-1};
+  const char* bad_field{nullptr};
   /// Microseconds the host spent waiting for the device to release a staging block (0 unless the
   /// host was two steps ahead): time the device owed, not host work.
   double waited_us{0.0};
@@ -70,13 +70,12 @@ struct RunResult {
   [[nodiscard]] bool ok() const noexcept { return status == RunStatus::ok; }
 };
 
-[[nodiscard]] const char* run_status_name(RunStatus s) noexcept;
-
 class Executor {
  public:
-  /// Validates the config and options, plans the pool and allocates it (the only allocations
-  /// the executor ever makes, with the graphs' own at warm-up).
-  /// @throws InvalidArgument, CapacityError, CudaError.
+  /// Validates the config, the options and the bound buffers, then plans the pool for the rest and
+  /// allocates it (the only allocations the executor ever makes, with the graphs' own at warm-up).
+  /// Nothing is allocated before every check has passed.
+  /// @throws InvalidArgument (naming the field, or the layer and buffer), CapacityError, CudaError.
   explicit Executor(memory::PipelineConfig config, ExecutorOptions options = {});
   ~Executor();
   Executor(const Executor&) = delete;
@@ -86,21 +85,37 @@ class Executor {
   /// instantiates and uploads, then seals the pool. @throws on any failure, leaving no capture open.
   WarmupReport warmup();
 
-  /// The replay path: fills a staging block, launches the chunk's graph, returns. Never throws,
-  /// never allocates, never waits except when the host is two steps ahead of the device.
-  [[nodiscard]] RunResult run(const ChunkInput& chunk, int program = 0) noexcept;
+  /// The replay path: checks the chunk, fills a staging block, launches the chunk's graph on
+  /// `stream` (the executor's own stream by default) and returns. Never throws, never allocates,
+  /// never waits except when the host is two steps ahead of the device.
+  ///
+  /// The graph reads q, top-k and the K rows when it runs: the caller's writes of them must be
+  /// ordered before it on `stream` (issue them on `stream`, or make `stream` wait on an event).
+  /// Steps on different streams are ordered by the executor (each step waits for the one before:
+  /// they share the pool's workspace), and the outputs are ready in `stream`'s order.
+  [[nodiscard]] RunResult run(const ChunkInput& chunk, int program = 0) noexcept { return run(chunk, program, stream()); }
+  [[nodiscard]] RunResult run(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept;
   /// The same recording launched kernel by kernel, for comparison and debugging.
-  [[nodiscard]] RunResult run_eager(const ChunkInput& chunk, int program = 0) noexcept;
+  [[nodiscard]] RunResult run_eager(const ChunkInput& chunk, int program = 0) noexcept {
+    return run_eager(chunk, program, stream());
+  }
+  [[nodiscard]] RunResult run_eager(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept;
 
-  /// Waits for all submitted steps. @throws CudaError.
+  /// Waits for every submitted step. @throws CudaError.
   void synchronize() const;
-  /// Copies the last completed step's fault counters to the host (synchronizes first).
+  /// Copies the last completed step's fault counters to the host (waits for it first).
   [[nodiscard]] kernels::StepStatus read_status() const;
+
+  /// Every buffer of layer `l`, bound or pooled, as typed views (empty where the layer has none).
+  [[nodiscard]] const LayerBuffers& layer(std::size_t l) const { return views_.at(l); }
+  /// The workspaces the layers of a step share: the gathered kv rows, the combined indices and lengths.
+  [[nodiscard]] const StepWorkspace& workspace() const noexcept { return workspace_; }
 
   [[nodiscard]] const memory::PipelineConfig& config() const noexcept { return config_; }
   [[nodiscard]] const BucketSet& buckets() const noexcept { return buckets_; }
-  [[nodiscard]] memory::BufferPool& pool() noexcept { return pool_; }
+  /// The pool: what was planned for the unbound buffers, slot by slot (plan().table()).
   [[nodiscard]] const memory::BufferPool& pool() const noexcept { return pool_; }
+  [[nodiscard]] memory::BufferPool& pool() noexcept { return pool_; }
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }
   [[nodiscard]] int programs() const noexcept { return static_cast<int>(programs_.size()); }
   [[nodiscard]] const std::vector<int>& program_layers(int p) const { return programs_.at(static_cast<std::size_t>(p)); }
@@ -109,6 +124,10 @@ class Executor {
     return *entries_.at(static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
                         static_cast<std::size_t>(bucket)).pipeline;
   }
+  /// Records (program, bucket, staging block) into a new graph, exactly as warm-up captured it:
+  /// for inspecting what a replay launches (node counts, kernel arguments). After warmup().
+  /// @throws StateError before warm-up; CudaError when the capture fails.
+  [[nodiscard]] Graph record_graph(int program, int bucket, int staging) const;
   [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
   [[nodiscard]] std::uint64_t host_waits() const noexcept { return host_waits_; }
 
@@ -121,10 +140,8 @@ class Executor {
     return &entries_[static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
                      static_cast<std::size_t>(bucket)];
   }
-  /// Checks the chunk against the config and its bucket, then fills staging block `s`; writes
-  /// nothing unless the chunk is valid.
-  RunStatus write_staging(const ChunkInput& chunk, int program, int bucket, int s) noexcept;
-  RunResult launch(const ChunkInput& chunk, int program, bool graph) noexcept;
+  RunResult launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept;
+  PipelineBuffers pipeline_buffers() const noexcept;
 
   memory::PipelineConfig config_;
   ExecutorOptions options_;
@@ -132,11 +149,16 @@ class Executor {
   std::vector<std::vector<int>> programs_;
   std::vector<int> program_ratios_;  // bit i set: program uses ratio kRatios[i]
   memory::BufferPool pool_;
-  memory::ChunkMetaLayout meta_;
+  ChunkEncoder encoder_;
+  std::vector<LayerBuffers> views_;  // every layer's buffers, bound or pooled
+  StepWorkspace workspace_;
+  std::int32_t* chunk_meta_{nullptr};
+  kernels::StepStatus* status_{nullptr};
   std::int32_t* staging_[2]{nullptr, nullptr};  // pinned staging blocks, resolved once (no lookups per step)
   memory::Stream stream_;
   memory::Event staged_[2];  // recorded after the launch that read staging block s
   bool staged_pending_[2]{false, false};
+  cudaStream_t last_stream_{nullptr};  // the stream of the last launched step (its event is staged_[(steps_ - 1) & 1])
   std::vector<Entry> entries_;
   void* attention_workspace_{nullptr};
   bool warmed_up_{false};

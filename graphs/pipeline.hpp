@@ -12,15 +12,40 @@
 #include <cstddef>
 #include <vector>
 
+#include "graphs/chunk_format.hpp"
+#include "graphs/layer_buffers.hpp"
 #include "kernels/combine_indices/combine_indices.hpp"
 #include "kernels/kv_cache/kv_cache.hpp"
 #include "kernels/sparse_mla/sparse_mla.hpp"
-#include "kernels/stage_in/stage_in.hpp"
-#include "memory/buffer_pool.hpp"
+#include "kernels/step_status.hpp"
 #include "memory/pipeline_config.hpp"
-#include "memory/pipeline_pool.hpp"
 
 namespace spg::graphs {
+
+/// @brief The stages of one layer, in recording order (docs/pipeline.md numbers the same work
+///        0 insert, 1-2 gather, 3 combine, 4 attention; one gather launch does stages 1 and 2).
+enum class Stage : int { insert_swa, insert_compressed, gather, combine, attention };
+inline constexpr Stage kStages[] = {Stage::insert_swa, Stage::insert_compressed, Stage::gather, Stage::combine,
+                                    Stage::attention};
+[[nodiscard]] const char* stage_name(Stage s) noexcept;
+
+/// @brief The workspaces every layer of a step shares (pool slots), as typed views.
+struct StepWorkspace {
+  DeviceView<__nv_bfloat16, 3> kv;              ///< [R, M_max, 512]: the gathered rows, request b at row b * M
+  DeviceView<std::int32_t, 2> combined_indices; ///< [T, max combined width]: the attention's index rows
+  DeviceView<std::int32_t, 1> combined_lens;    ///< [T]: the attention's per-token lengths (top-k + window)
+};
+
+/// @brief Everything a Pipeline records into: the per-step metadata, the shared workspaces and
+///        every layer's buffers (bound or pooled).
+struct PipelineBuffers {
+  const std::byte* staging[2]{nullptr, nullptr};  ///< pinned staging blocks of the metadata
+  std::int32_t* chunk_meta{nullptr};              ///< the device metadata block
+  kernels::StepStatus* status{nullptr};
+  StepWorkspace workspace;
+  void* attention_workspace{nullptr};             ///< attention_workspace_bytes() for the shape
+  const std::vector<LayerBuffers>* layers{nullptr};  ///< one per layer of the config
+};
 
 /// @brief Kernel arguments of every stage of one layer, for one chunk shape.
 struct LayerLaunches {
@@ -37,11 +62,10 @@ struct LayerLaunches {
 /// @brief A layer program's stages prepared for one (R_bucket, T_bucket).
 class Pipeline {
  public:
-  /// Builds and checks every stage's arguments against the pool's slots (can_implement on each).
-  /// `attention_workspace` must hold attention_workspace_bytes() for this shape.
+  /// Builds and checks every stage's arguments (can_implement on each).
   /// @throws InvalidArgument / CapacityError when a stage cannot run this shape.
-  Pipeline(const memory::PipelineConfig& config, const memory::BufferPool& pool, const std::vector<int>& layers,
-           int r_bucket, int t_bucket, bool insert, void* attention_workspace);
+  Pipeline(const memory::PipelineConfig& config, const PipelineBuffers& buffers, const std::vector<int>& layers,
+           int r_bucket, int t_bucket, bool insert);
 
   /// Bytes of attention workspace the widest layer of `layers` needs at this shape.
   [[nodiscard]] static std::size_t attention_workspace_bytes(const memory::PipelineConfig& config,
@@ -52,16 +76,19 @@ class Pipeline {
   /// layer's stages. No allocation, no sync: safe under capture.
   [[nodiscard]] cudaError_t record(int staging, cudaStream_t stream) const noexcept;
 
-  /// Stages one at a time, for timing each kernel on its own: stage 0 is the stage-in kernel
-  /// (metadata copy and fault reset), then five per layer (SWA insert, compressed insert, gather, combine, attention);
-  /// a stage the layer does not have records nothing.
-  [[nodiscard]] int stage_count() const noexcept { return 1 + 5 * static_cast<int>(layers_.size()); }
-  [[nodiscard]] cudaError_t record_stage(int stage, int staging, cudaStream_t stream) const noexcept;
+  /// One stage at a time, for timing each kernel on its own: the stage-in kernel (metadata copy
+  /// and fault reset), and stage `s` of the program's `layer`-th layer (a stage the layer does not
+  /// have records nothing).
+  [[nodiscard]] cudaError_t record_stage_in(int staging, cudaStream_t stream) const noexcept;
+  [[nodiscard]] cudaError_t record_stage(std::size_t layer, Stage s, cudaStream_t stream) const noexcept;
+  [[nodiscard]] std::size_t layer_count() const noexcept { return layers_.size(); }
 
   [[nodiscard]] int r_bucket() const noexcept { return r_bucket_; }
   [[nodiscard]] int t_bucket() const noexcept { return t_bucket_; }
-  /// Kernel launches one step makes (the graph's kernel nodes).
+  /// Kernel launches one step makes: the graph's kernel nodes (the stage-in kernel included).
   [[nodiscard]] int kernel_launches() const noexcept;
+  /// The prepared arguments of the program's `layer`-th layer.
+  [[nodiscard]] const LayerLaunches& launches(std::size_t layer) const { return layers_.at(layer); }
 
  private:
   int r_bucket_;

@@ -52,6 +52,10 @@ struct PipelineConfig {
   /// @throws InvalidArgument naming the first field out of bounds, with its value and bounds.
   void validate() const;
 
+  /// The program's sliding window W: validate() requires every layer to have the same one, since
+  /// gather_lens (min(seq_len, query_len + W - 1)) are per-step data shared by every layer.
+  [[nodiscard]] int window() const noexcept { return layers.empty() ? 0 : layers.front().window; }
+
   /// Blocks a request can span in the SWA cache / a compressed cache (block table widths).
   [[nodiscard]] int swa_blocks_per_request() const noexcept;
   [[nodiscard]] int compressed_blocks_per_request() const noexcept;

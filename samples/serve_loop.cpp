@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,10 @@
 #include "memory/allocation_counter.hpp"
 #include "memory/error.hpp"
 #include "memory/pipeline_config.hpp"
-#include "memory/pipeline_pool.hpp"
+#include "graphs/pipeline_pool.hpp"
 #include "memory/resources.hpp"
 #include "samples/bench/report.hpp"
+#include "samples/engine_buffers.hpp"
 #include "samples/serve_loop_verify.hpp"
 #include "scheduler/prefill_scheduler.hpp"
 #include "scheduler/workload.hpp"
@@ -39,6 +41,7 @@ struct Options {
   bool require_gpu{false};
   bool count_allocations{true};  // --no-alloc-count: leave CUPTI unloaded (it slows every graph launch)
   bool derive_slots{false};      // --derive-slots: leave the insert slots to the device
+  bool engine_buffers{false};    // --engine-buffers: caches and tensors from the model front's own cudaMallocs
   long steps{1000};
   int verify{0};
   std::string json;
@@ -82,6 +85,9 @@ void print_help() {
       "  --require-gpu        exit with code 77 (skipped) instead of planning when there is no GPU\n"
       "  --derive-slots       hand the executor no insert slot mappings: the device derives the same\n"
       "                       slots from the block tables (default: the scheduler's slot mappings)\n"
+      "  --engine-buffers     the model front allocates the caches and tensors itself (one cudaMalloc\n"
+      "                       each, as an engine would) and binds them: the pool holds only spgraph's\n"
+      "                       own workspaces; outputs and --checksum are the same as without it\n"
       "  --no-alloc-count     do not count CUDA allocation calls: CUPTI stays unloaded, so host times\n"
       "                       are not inflated by its subscriber (graph launches cost ~2 us instead of\n"
       "                       ~0.2 us a node)\n"
@@ -130,6 +136,8 @@ Options parse(int argc, char** argv) {
       o.count_allocations = false;
     } else if (a == "--derive-slots") {
       o.derive_slots = true;
+    } else if (a == "--engine-buffers") {
+      o.engine_buffers = true;
     } else if (a == "--steps") {
       o.steps = take_int(1, 10000000);
     } else if (a == "--verify") {
@@ -202,7 +210,7 @@ spg::memory::PipelineConfig make_config(const Options& o) {
 }
 
 void print_plan(const spg::memory::PipelineConfig& config) {
-  const auto plan = spg::memory::plan_pipeline_pool(config);
+  const auto plan = spg::graphs::plan_pipeline_pool(config);
   std::printf("layer program: %zu layers (R = %d, T = %d, max_model_len = %d)\n", config.layers.size(),
               config.max_requests, config.max_tokens, config.max_model_len);
   for (std::size_t i = 0; i < config.layers.size(); ++i) {
@@ -259,30 +267,39 @@ int run(const Options& opt) {
   // only representative with --no-alloc-count.
   memory::AllocationCounter* counter = opt.count_allocations ? &memory::AllocationCounter::instance() : nullptr;
 
-  std::printf("serve_loop: %s mode, %ld steps, budget %d tokens/step, chunks of <= %d requests x %d tokens\n",
-              opt.eager ? "eager" : "graph", opt.steps, opt.budget, config.max_requests, config.max_tokens);
-  graphs::Executor ex(config, graphs::ExecutorOptions{});
+  std::printf("serve_loop: %s mode, %ld steps, budget %d tokens/step, chunks of <= %d requests x %d tokens%s\n",
+              opt.eager ? "eager" : "graph", opt.steps, opt.budget, config.max_requests, config.max_tokens,
+              opt.engine_buffers ? ", engine-owned buffers" : "");
+  graphs::ExecutorOptions eo;
+  std::unique_ptr<samples::EngineBuffers> engine;
+  if (opt.engine_buffers) {
+    engine = std::make_unique<samples::EngineBuffers>(config, eo.insert);
+    eo.buffers = engine->bindings();
+  }
+  graphs::Executor ex(config, eo);
   const graphs::WarmupReport warm = ex.warmup();
   std::printf("warm-up: %d graphs (%d shapes x 2 staging blocks) captured in %.1f ms; graphs hold %.1f MiB, pool %.2f GiB "
-              "device + %.1f KiB pinned in %d allocations\n",
+              "device + %.1f KiB pinned in %d allocations%s\n",
               warm.graphs, warm.buckets, warm.capture_ms, static_cast<double>(warm.graph_device_bytes) / (1 << 20),
               static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
-              warm.pool_allocation_calls);
+              warm.pool_allocation_calls,
+              engine ? (", engine buffers " + memory::format_bytes(engine->bytes())).c_str() : "");
 
   // The model front's fixed part: query rows (random, once) and the sinks.
   for (std::size_t l = 0; l < config.layers.size(); ++l) {
     const auto& layer = config.layers[l];
+    const graphs::LayerBuffers& v = ex.layer(l);
     const std::size_t elems = std::size_t{1} * config.max_tokens * layer.h_q * layer.d_qk;
-    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(
-        ex.pool().span<__nv_bfloat16>(memory::slots::layer_slot(l, "q"), elems).data(), elems, opt.seed,
-        static_cast<int>(l), ex.stream()));
+    SPG_EXPECTS(v.q.stride(0) == static_cast<std::size_t>(layer.h_q) * layer.d_qk &&
+                    v.out.stride(0) == static_cast<std::size_t>(layer.h_q) * layer.d_v,
+                "serve_loop fills q and checksums out as contiguous [T, h_q, d] tensors");
+    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(v.q.data_handle(), elems, opt.seed, static_cast<int>(l), ex.stream()));
     if (layer.attn_sink) {
       std::vector<float> sink(static_cast<std::size_t>(layer.h_q));
       for (std::size_t h = 0; h < sink.size(); ++h) {
         sink[h] = 4.0F * kernels::front_q_value(opt.seed + 7, static_cast<int>(l), h);
       }
-      SPG_CUDA_TRY(cudaMemcpy(ex.pool().span<float>(memory::slots::layer_slot(l, "attn_sink"), sink.size()).data(),
-                              sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
+      SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
     }
   }
   SPG_CUDA_TRY(cudaDeviceSynchronize());  // the sinks were copied on the legacy stream
@@ -300,7 +317,7 @@ int run(const Options& opt) {
   std::printf("workload: %s\n", wc.describe().c_str());
 
   samples::Verifier verifier(ex, opt.seed);
-  const kernels::SyntheticFrontArgs front_layers = samples::front_layers(ex);  // pool lookups once, not per step
+  const kernels::SyntheticFrontArgs front_layers = samples::front_layers(ex);  // view lookups once, not per step
   memory::DeviceBuffer checksum(sizeof(std::uint64_t));
   SPG_CUDA_TRY(cudaMemset(checksum.data(), 0, sizeof(std::uint64_t)));
   constexpr int kRing = 64;  // GPU-time events: read back 64 chunks later, never waited on early
@@ -340,11 +357,12 @@ int run(const Options& opt) {
     const scheduler::StepPlan plan = sched.schedule();
     finished += static_cast<long long>(plan.finished.size());
     for (const scheduler::ChunkPlan& cp : plan.chunks) {
-      const samples::ChunkView view(cp, !opt.derive_slots);
-      const kernels::SyntheticFrontArgs front = view.front_args(front_layers, opt.seed, static_cast<std::uint64_t>(chunks));
+      const graphs::ChunkInput& input = cp.input(!opt.derive_slots);
+      const kernels::SyntheticFrontArgs front =
+          samples::make_front_args(front_layers, cp, opt.seed, static_cast<std::uint64_t>(chunks));
       const bool verify_this = verify_every > 0 && step % verify_every == 0 &&
                                static_cast<int>(verify_at.size()) < opt.verify && cp.num_tokens > 0;
-      if (verify_this) verifier.before(view);
+      if (verify_this) verifier.before(cp);
       SPG_CUDA_TRY(kernels::SyntheticFront::run(front, ex.stream()));
       const int slot = static_cast<int>(chunks % kRing);
       if (chunks >= kRing) {
@@ -353,10 +371,10 @@ int run(const Options& opt) {
       }
       ev_start[static_cast<std::size_t>(slot)].record(ex.stream());
       const auto h0 = std::chrono::steady_clock::now();
-      graphs::RunResult r = opt.eager ? ex.run_eager(view.input()) : ex.run(view.input());
+      graphs::RunResult r = opt.eager ? ex.run_eager(input) : ex.run(input);
       const auto h1 = std::chrono::steady_clock::now();
       if (r.status == graphs::RunStatus::no_bucket && !opt.eager) {
-        r = ex.run_eager(view.input());  // never expected: the largest bucket is the chunk limit
+        r = ex.run_eager(input);  // never expected: the largest bucket is the chunk limit
         ++eager_runs;
       } else if (!opt.eager) {
         ++graph_hits;
@@ -378,20 +396,17 @@ int run(const Options& opt) {
         const int t_bucket = ex.buckets().t_of(r.bucket);
         for (std::size_t l = 0; l < config.layers.size(); ++l) {
           const auto& layer = config.layers[l];
+          const graphs::LayerBuffers& v = ex.layer(l);
           const std::size_t rows = std::size_t{1} * t_bucket * layer.h_q;
-          auto& pool = ex.pool();
           auto* acc = static_cast<std::uint64_t*>(checksum.data());
           const auto salt = static_cast<std::uint64_t>(chunks) << 32 | l << 8;
-          SPG_CUDA_TRY(kernels::Checksum::accumulate(pool.bytes(memory::slots::layer_slot(l, "out"), rows * 1024),
-                                                     rows * 1024, salt, acc, ex.stream()));
-          SPG_CUDA_TRY(kernels::Checksum::accumulate(pool.bytes(memory::slots::layer_slot(l, "lse"), rows * 4), rows * 4,
-                                                     salt + 1, acc, ex.stream()));
-          SPG_CUDA_TRY(kernels::Checksum::accumulate(pool.bytes(memory::slots::layer_slot(l, "max_logits"), rows * 4),
-                                                     rows * 4, salt + 2, acc, ex.stream()));
+          SPG_CUDA_TRY(kernels::Checksum::accumulate(v.out.data_handle(), rows * 1024, salt, acc, ex.stream()));
+          SPG_CUDA_TRY(kernels::Checksum::accumulate(v.lse.data_handle(), rows * 4, salt + 1, acc, ex.stream()));
+          SPG_CUDA_TRY(kernels::Checksum::accumulate(v.max_logits.data_handle(), rows * 4, salt + 2, acc, ex.stream()));
         }
       }
       if (verify_this) {
-        verifier.after(view, r.bucket, static_cast<std::uint64_t>(chunks));
+        verifier.after(cp, r.bucket, static_cast<std::uint64_t>(chunks));
         verify_at.push_back(static_cast<int>(step));
       }
       ++chunks;
@@ -446,7 +461,8 @@ int run(const Options& opt) {
     bench::Reporter rep;
     // Runs without the allocation counter are the ones whose host times are clean (no CUPTI).
     const std::string name = counter != nullptr ? "serve_loop/default" : "serve_loop/no-cupti";
-    const std::string variant = opt.eager ? "spgraph-eager" : "spgraph-graph";
+    const std::string variant =
+        std::string(opt.eager ? "spgraph-eager" : "spgraph-graph") + (opt.engine_buffers ? "-engine-buffers" : "");
     auto add = [&](const char* metric, double v) { rep.add({"executor", name, variant, metric, v}); };
     add("steps", static_cast<double>(opt.steps));
     add("tokens_per_s", tokens_per_s);

@@ -12,46 +12,26 @@
 #include "kernels/reference/kv_cache_reference.hpp"
 #include "kernels/reference/pipeline_reference.hpp"
 #include "memory/error.hpp"
-#include "memory/pipeline_pool.hpp"
 
 namespace spg::samples {
 
 namespace ref = kernels::reference;
-using memory::kNumRatios;
-using memory::ratio_index;
+using graphs::kNumRatios;
+using graphs::ratio_index;
 
-ChunkView::ChunkView(const scheduler::ChunkPlan& plan, bool slot_lists) : plan_(plan) {
-  const scheduler::ChunkCachePlan& swa = plan.cache(1);
-  requests_.resize(static_cast<std::size_t>(plan.num_requests));
-  for (std::size_t b = 0; b < requests_.size(); ++b) {
-    graphs::RequestInput& r = requests_[b];
-    r.query_len = plan.query_lens[b];
-    r.seq_len = plan.seq_lens[b];
-    r.swa_blocks = swa.block_tables[b];
-  }
-  if (slot_lists) input_.swa_slots = swa.slot_mapping;
-  for (const scheduler::ChunkCachePlan& c : plan.caches) {
-    if (c.ratio == 1) continue;
-    const int i = ratio_index(c.ratio);
-    if (slot_lists) input_.compressed_slots[i] = c.slot_mapping;
-    for (std::size_t b = 0; b < requests_.size(); ++b) requests_[b].compressed_blocks[i] = c.block_tables[b];
-  }
-  input_.requests = requests_;
-}
-
-kernels::SyntheticFrontArgs front_layers(graphs::Executor& ex) {
+kernels::SyntheticFrontArgs front_layers(const graphs::Executor& ex) {
   kernels::SyntheticFrontArgs a;
   const memory::PipelineConfig& cfg = ex.config();
   a.num_layers = static_cast<int>(cfg.layers.size());
   for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
     const memory::LayerConfig& layer = cfg.layers[l];
+    const graphs::LayerBuffers& v = ex.layer(l);
     kernels::FrontLayer& f = a.layers[l];
-    auto slot = [&](const char* what) { return memory::slots::layer_slot(l, what); };
-    f.k_rows = ex.pool().span<__nv_bfloat16>(slot("k_rows")).data();
+    f.k_rows = v.k_rows.data_handle();
     f.compress_ratio = layer.compress_ratio;
     if (layer.compress_ratio > 1) {
-      f.compressed_k_rows = ex.pool().span<__nv_bfloat16>(slot("compressed_k_rows")).data();
-      f.topk_indices = ex.pool().span<std::int32_t>(slot("topk_indices")).data();
+      f.compressed_k_rows = v.compressed_k_rows.data_handle();
+      f.topk_indices = v.topk_indices.data_handle();
       f.top_k = layer.top_k;
     }
   }
@@ -78,31 +58,26 @@ kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& l
   return a;
 }
 
-kernels::SyntheticFrontArgs ChunkView::front_args(const kernels::SyntheticFrontArgs& layers, std::uint64_t seed,
-                                                  std::uint64_t step) const {
+kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& layers, const scheduler::ChunkPlan& plan,
+                                            std::uint64_t seed, std::uint64_t step) {
   int new_rows[kNumRatios] = {0, 0, 0};
-  for (const scheduler::ChunkCachePlan& c : plan_.caches) {
-    if (c.ratio > 1) new_rows[ratio_index(c.ratio)] = c.num_new_rows();
+  for (const scheduler::ChunkCachePlan& c : plan.caches) {
+    if (c.ratio > 1) new_rows[graphs::ratio_index(c.ratio)] = c.num_new_rows();
   }
-  return make_front_args(layers, plan_.query_start_loc, plan_.seq_lens, new_rows, seed, step);
+  return make_front_args(layers, plan.query_start_loc, plan.seq_lens, new_rows, seed, step);
 }
 
 Verifier::Verifier(graphs::Executor& ex, std::uint64_t seed) : ex_(ex), seed_(seed), rng_(seed ^ 0xabcdefULL) {}
 
 Verifier::Snapshot Verifier::snapshot(std::size_t layer, bool compressed, const std::vector<std::int32_t>& blocks) const {
-  const memory::PipelineConfig& cfg = ex_.config();
-  const int r = cfg.layers[layer].compress_ratio;
-  const auto layout = compressed ? kernels::CacheLayout::make(cfg.cache.block_tokens / r, cfg.cache.compressed_blocks)
-                                 : kernels::CacheLayout::make(cfg.cache.swa_block_size, cfg.cache.swa_blocks);
-  const auto* base = ex_.pool().bytes(memory::slots::layer_slot(layer, compressed ? "compressed_cache" : "swa_cache"),
-                                      layout.bytes());
+  const graphs::PagedCache& cache = compressed ? ex_.layer(layer).compressed_cache : ex_.layer(layer).swa_cache;
+  const auto stride = static_cast<std::size_t>(cache.layout.block_stride);
   Snapshot s;
   s.blocks = blocks;
-  s.bytes.resize(blocks.size() * static_cast<std::size_t>(layout.block_stride));
+  s.bytes.resize(blocks.size() * stride);
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    SPG_CUDA_TRY(cudaMemcpy(s.bytes.data() + i * static_cast<std::size_t>(layout.block_stride),
-                            base + static_cast<std::int64_t>(blocks[i]) * layout.block_stride,
-                            static_cast<std::size_t>(layout.block_stride), cudaMemcpyDeviceToHost));
+    SPG_CUDA_TRY(cudaMemcpy(s.bytes.data() + i * stride, cache.data + static_cast<std::size_t>(blocks[i]) * stride, stride,
+                            cudaMemcpyDeviceToHost));
   }
   return s;
 }
@@ -117,25 +92,24 @@ std::vector<std::int32_t> referenced_blocks(const scheduler::ChunkCachePlan& c) 
 }
 }  // namespace
 
-void Verifier::before(const ChunkView& chunk) {
+void Verifier::before(const scheduler::ChunkPlan& plan) {
   ex_.synchronize();
   const memory::PipelineConfig& cfg = ex_.config();
   swa_before_.clear();
   comp_before_.clear();
   for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
     const int r = cfg.layers[l].compress_ratio;
-    swa_before_.push_back(snapshot(l, false, referenced_blocks(chunk.plan().cache(1))));
-    comp_before_.push_back(r > 1 ? snapshot(l, true, referenced_blocks(chunk.plan().cache(r))) : Snapshot{});
+    swa_before_.push_back(snapshot(l, false, referenced_blocks(plan.cache(1))));
+    comp_before_.push_back(r > 1 ? snapshot(l, true, referenced_blocks(plan.cache(r))) : Snapshot{});
   }
 }
 
-void Verifier::after(const ChunkView& chunk, int bucket, std::uint64_t step) {
+void Verifier::after(const scheduler::ChunkPlan& plan, int bucket, std::uint64_t step) {
   ex_.synchronize();
   const memory::PipelineConfig& cfg = ex_.config();
-  const scheduler::ChunkPlan& plan = chunk.plan();
   const int r_bucket = ex_.buckets().r_of(bucket);
   const int t_bucket = ex_.buckets().t_of(bucket);
-  const memory::ChunkMetaLayout meta = memory::ChunkMetaLayout::make(cfg);
+  const graphs::ChunkMetaLayout meta = graphs::ChunkMetaLayout::make(cfg);
   bool ok = true;
 
   // Sampled tokens: the first, the last and up to six more.
@@ -151,8 +125,10 @@ void Verifier::after(const ChunkView& chunk, int bucket, std::uint64_t step) {
     const int r = layer.compress_ratio;
     // 1. The insert stage: expected = snapshot before + CPU insert of the front's rows.
     auto check_insert = [&](Snapshot& before, bool compressed, const scheduler::ChunkCachePlan& cache) {
-      const int rows_per_block = compressed ? cfg.cache.block_tokens / r : cfg.cache.swa_block_size;
-      const auto compact = kernels::CacheLayout::make(rows_per_block, static_cast<int>(std::max<std::size_t>(1, before.blocks.size())));
+      const kernels::CacheLayout& layout = compressed ? ex_.layer(l).compressed_cache.layout : ex_.layer(l).swa_cache.layout;
+      const int rows_per_block = layout.block_size;
+      const auto compact = kernels::CacheLayout::make(
+          rows_per_block, static_cast<int>(std::max<std::size_t>(1, before.blocks.size())), layout.block_stride);
       std::unordered_map<std::int32_t, std::int32_t> index;
       for (std::size_t i = 0; i < before.blocks.size(); ++i) index[before.blocks[i]] = static_cast<std::int32_t>(i);
       std::vector<std::int32_t> slots;
@@ -241,17 +217,12 @@ void Verifier::after(const ChunkView& chunk, int bucket, std::uint64_t step) {
     std::vector<std::uint16_t> out(tokens.size() * h * 512);
     std::vector<float> lse(tokens.size() * h);
     std::vector<float> mx(tokens.size() * h);
-    auto& pool = ex_.pool();
+    const graphs::LayerBuffers& v = ex_.layer(l);
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       const auto t = static_cast<std::size_t>(tokens[i]);
-      SPG_CUDA_TRY(cudaMemcpy(out.data() + i * h * 512,
-                              pool.bytes(memory::slots::layer_slot(l, "out"), (t + 1) * h * 1024) + t * h * 1024,
-                              h * 1024, cudaMemcpyDeviceToHost));
-      SPG_CUDA_TRY(cudaMemcpy(lse.data() + i * h, pool.bytes(memory::slots::layer_slot(l, "lse"), (t + 1) * h * 4) + t * h * 4,
-                              h * 4, cudaMemcpyDeviceToHost));
-      SPG_CUDA_TRY(cudaMemcpy(mx.data() + i * h,
-                              pool.bytes(memory::slots::layer_slot(l, "max_logits"), (t + 1) * h * 4) + t * h * 4,
-                              h * 4, cudaMemcpyDeviceToHost));
+      SPG_CUDA_TRY(cudaMemcpy(out.data() + i * h * 512, v.out.data_handle() + v.out.mapping()(t, 0, 0), h * 1024, cudaMemcpyDeviceToHost));
+      SPG_CUDA_TRY(cudaMemcpy(lse.data() + i * h, v.lse.data_handle() + v.lse.mapping()(t, 0), h * 4, cudaMemcpyDeviceToHost));
+      SPG_CUDA_TRY(cudaMemcpy(mx.data() + i * h, v.max_logits.data_handle() + v.max_logits.mapping()(t, 0), h * 4, cudaMemcpyDeviceToHost));
     }
     const ref::AccuracyScore s_out = ref::score_out(out, want.out);
     const ref::AccuracyScore s_lse = ref::score_stat(lse, want.lse);

@@ -1,4 +1,4 @@
-// serve_loop's glue: a scheduler chunk as executor input and model-front arguments, and the
+// serve_loop's glue: a scheduler chunk's model-front arguments, and the
 // end-to-end verifier that checks sampled chunks against the CPU references (insert included:
 // the caches the device filled are read back and compared byte for byte).
 #pragma once
@@ -8,54 +8,34 @@
 #include <span>
 #include <vector>
 
-#include "graphs/chunk_input.hpp"
 #include "graphs/executor.hpp"
 #include "kernels/synthetic_front/synthetic_front.hpp"
 #include "memory/pipeline_config.hpp"
-#include "memory/pipeline_pool.hpp"
 #include "scheduler/chunk_plan.hpp"
 
 namespace spg::samples {
 
-/// @brief The model front's per-layer outputs (pool pointers), resolved once at set-up.
-kernels::SyntheticFrontArgs front_layers(graphs::Executor& ex);
+/// @brief The model front's per-layer outputs (the executor's typed views), resolved once at set-up.
+kernels::SyntheticFrontArgs front_layers(const graphs::Executor& ex);
 
 /// @brief The model front's arguments for one chunk: `layers` (from front_layers) plus the
-///        chunk's lengths (step: the front's counter). No pool lookups: called every step.
+///        chunk's lengths (step: the front's counter). No lookups: called every step.
 kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& layers,
                                             std::span<const std::int32_t> query_start_loc,
                                             std::span<const std::int32_t> seq_lens,
-                                            const int (&new_compressed_rows)[memory::kNumRatios], std::uint64_t seed,
+                                            const int (&new_compressed_rows)[graphs::kNumRatios], std::uint64_t seed,
                                             std::uint64_t step);
-
-/// @brief A ChunkPlan seen as the executor's ChunkInput (spans into the plan, no copies).
-class ChunkView {
- public:
-  /// `slot_lists`: hand the scheduler's slot mappings to the executor; false leaves them empty, so
-  /// the device derives the same slots from the block tables (the host copies less).
-  ChunkView(const scheduler::ChunkPlan& plan, bool slot_lists);
-  ChunkView(const ChunkView&) = delete;
-  ChunkView& operator=(const ChunkView&) = delete;
-
-  [[nodiscard]] const graphs::ChunkInput& input() const noexcept { return input_; }
-  [[nodiscard]] const scheduler::ChunkPlan& plan() const noexcept { return plan_; }
-  /// The model front's arguments for this chunk (step = the chunk's global index).
-  [[nodiscard]] kernels::SyntheticFrontArgs front_args(const kernels::SyntheticFrontArgs& layers, std::uint64_t seed,
-                                                       std::uint64_t step) const;
-
- private:
-  const scheduler::ChunkPlan& plan_;
-  std::vector<graphs::RequestInput> requests_;
-  graphs::ChunkInput input_;
-};
+/// @brief The same for a scheduler chunk (step = the chunk's global index).
+kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& layers,
+                                            const scheduler::ChunkPlan& plan, std::uint64_t seed, std::uint64_t step);
 
 /// @brief Checks sampled chunks end to end: before() snapshots the cache blocks the chunk touches,
 ///        after() checks the inserted bytes and the sampled tokens' outputs.
 class Verifier {
  public:
   Verifier(graphs::Executor& ex, std::uint64_t seed);
-  void before(const ChunkView& chunk);
-  void after(const ChunkView& chunk, int bucket, std::uint64_t front_step);
+  void before(const scheduler::ChunkPlan& chunk);
+  void after(const scheduler::ChunkPlan& chunk, int bucket, std::uint64_t front_step);
   [[nodiscard]] int passed() const noexcept { return passed_; }
   [[nodiscard]] int failed() const noexcept { return failed_; }
 

@@ -38,15 +38,4 @@ std::vector<CacheKind> cache_kinds(const memory::PipelineConfig& pipeline) {
   return kinds;
 }
 
-int program_window(const memory::PipelineConfig& pipeline) {
-  SPG_EXPECTS(!pipeline.layers.empty(), "pipeline.layers is empty: the layer program needs at least one layer");
-  int w = 0;
-  for (std::size_t i = 0; i < pipeline.layers.size(); ++i) {
-    const int wi = pipeline.layers[i].window;
-    SPG_EXPECTS(wi >= 1, "layers[" << i << "].window = " << wi << " must be at least 1");
-    w = std::max(w, wi);
-  }
-  return w;
-}
-
 }  // namespace spg::scheduler

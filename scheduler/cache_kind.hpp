@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "graphs/chunk_format.hpp"
 #include "memory/pipeline_config.hpp"
 
 namespace spg::scheduler {
@@ -26,9 +27,9 @@ struct CacheKind {
   [[nodiscard]] int blocks_for(int seq_len) const noexcept {
     return (rows(seq_len) + rows_per_block - 1) / rows_per_block;
   }
-  /// Slot of row `row` through a block table: table[row / rows_per_block] * rows_per_block + row % rows_per_block.
+  /// Slot of row `row` through a block table (graphs::slot_of).
   [[nodiscard]] std::int32_t slot(const std::vector<std::int32_t>& block_table, int row) const {
-    return block_table[static_cast<std::size_t>(row / rows_per_block)] * rows_per_block + row % rows_per_block;
+    return static_cast<std::int32_t>(graphs::slot_of(block_table, rows_per_block, row));
   }
 };
 
@@ -37,9 +38,5 @@ struct CacheKind {
 ///         swa_block_size or the block counts are not positive, or block_tokens is not a positive
 ///         multiple of a ratio.
 [[nodiscard]] std::vector<CacheKind> cache_kinds(const memory::PipelineConfig& pipeline);
-
-/// @brief The widest window W of the program: gather_len uses it so that one gather serves every layer.
-/// @throws InvalidArgument when the program is empty or a window is not positive.
-[[nodiscard]] int program_window(const memory::PipelineConfig& pipeline);
 
 }  // namespace spg::scheduler

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "graphs/chunk_format.hpp"
+
 namespace spg::scheduler {
 
 /// @brief One cache kind's part of a chunk: block tables, and where the insert stage writes.
@@ -35,7 +37,7 @@ struct ChunkCachePlan {
 struct ChunkPlan {
   int num_requests{0};
   int num_tokens{0};
-  int window{0};  ///< W used for gather_lens (the widest window of the layer program)
+  int window{0};  ///< W used for gather_lens (the layer program's window)
   std::vector<std::int64_t> request_ids;      ///< [num_requests]
   std::vector<std::int32_t> query_lens;       ///< [num_requests], each >= 1
   std::vector<std::int32_t> seq_lens;         ///< [num_requests]: prefix + query_len after this chunk
@@ -51,6 +53,15 @@ struct ChunkPlan {
   /// The part of the chunk for the cache of `ratio` (1 = SWA).
   /// @throws InvalidArgument when the layer program has no cache of that ratio.
   [[nodiscard]] const ChunkCachePlan& cache(int ratio) const;
+
+  /// The chunk as the executor's input: spans into this plan (valid while it lives, until the
+  /// next input() call). `slot_lists`: hand over the insert slot mappings; false leaves them
+  /// empty, so the device derives the same slots from the block tables (the host copies less).
+  [[nodiscard]] const graphs::ChunkInput& input(bool slot_lists = false) const;
+
+ private:
+  mutable std::vector<graphs::RequestInput> request_inputs_;
+  mutable graphs::ChunkInput input_;
 };
 
 }  // namespace spg::scheduler

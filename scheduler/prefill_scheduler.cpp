@@ -54,7 +54,7 @@ PrefillScheduler::PrefillScheduler(const memory::PipelineConfig& pipeline, const
       max_requests_(pipeline.max_requests),
       max_tokens_(pipeline.max_tokens),
       max_model_len_(pipeline.max_model_len),
-      window_(program_window(pipeline)) {
+      window_(pipeline.window()) {
   config_.validate();
   for (const CacheKind& k : kinds_) {
     const char* field = k.is_swa() ? "cache.swa_blocks" : "cache.compressed_blocks";
@@ -142,7 +142,7 @@ void PrefillScheduler::append_piece(ChunkPlan& chunk, const detail::RequestState
   chunk.request_ids.push_back(state.request.id);
   chunk.query_lens.push_back(query_len);
   chunk.seq_lens.push_back(seq_len);
-  chunk.gather_lens.push_back(std::min(seq_len, query_len + window_ - 1));
+  chunk.gather_lens.push_back(graphs::gather_len(seq_len, query_len, window_));
   chunk.num_tokens += query_len;
   chunk.num_requests += 1;
   chunk.query_start_loc.push_back(chunk.num_tokens);

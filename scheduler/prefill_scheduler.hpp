@@ -56,7 +56,7 @@ struct StepPlan {
 class PrefillScheduler {
  public:
   /// Takes R = pipeline.max_requests, T = pipeline.max_tokens, max_model_len, the cache kinds and
-  /// W (the widest window) from the pipeline.
+  /// W from the pipeline (PipelineConfig::window(): one window per program).
   /// @throws InvalidArgument naming the field when the pipeline or scheduler config is invalid
   ///         (PipelineConfig::validate), or a cache kind's pool cannot hold one request of
   ///         max_model_len tokens.

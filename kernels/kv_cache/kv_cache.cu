@@ -15,17 +15,17 @@ namespace {
 
 bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
-std::int64_t expected_stride(int block_size) noexcept {
-  const std::int64_t raw = std::int64_t{block_size} * (kKvRowBytes + kKvScaleBytes);
-  return (raw + kKvRowBytes - 1) / kKvRowBytes * kKvRowBytes;
+void check_stride(int block_size, std::int64_t stride, const char* name) {
+  const std::int64_t least = CacheLayout::min_block_stride(block_size);
+  SPG_EXPECTS(stride >= least && stride % kKvRowBytes == 0,
+              name << ".block_stride = " << stride << " must be a multiple of " << kKvRowBytes
+                   << " of at least round_up(block_size * 584, 576) = " << least);
 }
 
 void check_layout(const CacheLayout& l, const char* name) {
   SPG_EXPECTS(l.block_size >= 1, name << ".block_size = " << l.block_size << " must be at least 1");
   SPG_EXPECTS(l.num_blocks >= 1, name << ".num_blocks = " << l.num_blocks << " must be at least 1");
-  SPG_EXPECTS(l.block_stride == expected_stride(l.block_size),
-              name << ".block_stride = " << l.block_stride << " must be round_up(block_size * 584, 576) = "
-                   << expected_stride(l.block_size) << " (use CacheLayout::make)");
+  check_stride(l.block_size, l.block_stride, name);
   SPG_EXPECTS(l.capacity() <= std::numeric_limits<std::int32_t>::max(),
               name << " holds " << l.capacity() << " rows; slots are int32, at most 2^31 - 1");
 }
@@ -50,7 +50,14 @@ detail::PagedSource source(const std::uint8_t* cache, const CacheLayout& l, cons
 CacheLayout CacheLayout::make(int block_size, int num_blocks) {
   SPG_EXPECTS(block_size >= 1, "block_size = " << block_size << " must be at least 1");
   SPG_EXPECTS(num_blocks >= 1, "num_blocks = " << num_blocks << " must be at least 1");
-  return CacheLayout{block_size, num_blocks, expected_stride(block_size)};
+  return CacheLayout{block_size, num_blocks, CacheLayout::min_block_stride(block_size)};
+}
+
+CacheLayout CacheLayout::make(int block_size, int num_blocks, std::int64_t block_stride) {
+  CacheLayout l = make(block_size, num_blocks);
+  check_stride(block_size, block_stride, "layout");
+  l.block_stride = block_stride;
+  return l;
 }
 
 void KvInsert::can_implement(const KvInsertArgs& a) {

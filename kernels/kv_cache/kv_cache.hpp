@@ -34,14 +34,24 @@ inline constexpr int kMaxRequestsBucket = 128;
 
 /// @brief Geometry of one paged V4 FP8 cache: `num_blocks` blocks of `block_size` rows, each
 ///        block holding its rows' 576-byte data, then their 8-byte scale rows, padded to
-///        `block_stride` bytes (a multiple of 576).
+///        `block_stride` bytes (a multiple of 576, at least min_block_stride(block_size)).
 struct CacheLayout {
   int block_size{0};            ///< rows per block (64 for SWA; block_tokens / r for compressed)
   int num_blocks{0};
-  std::int64_t block_stride{0}; ///< bytes: round_up(block_size * (576 + 8), 576)
+  std::int64_t block_stride{0}; ///< bytes between blocks
 
+  /// The smallest block stride: round_up(block_size * (576 + 8), 576).
+  [[nodiscard]] static constexpr std::int64_t min_block_stride(int block_size) noexcept {
+    const std::int64_t raw = std::int64_t{block_size} * (kKvRowBytes + kKvScaleBytes);
+    return (raw + kKvRowBytes - 1) / kKvRowBytes * kKvRowBytes;
+  }
+  /// The layout at the smallest block stride.
   /// @throws InvalidArgument when block_size or num_blocks is not positive.
   static CacheLayout make(int block_size, int num_blocks);
+  /// A layout with a caller's block stride (an engine's cache may pad its blocks further).
+  /// @throws InvalidArgument when block_size or num_blocks is not positive, or block_stride is not
+  ///         a multiple of 576 at least min_block_stride(block_size).
+  static CacheLayout make(int block_size, int num_blocks, std::int64_t block_stride);
   [[nodiscard]] std::size_t bytes() const noexcept {
     return static_cast<std::size_t>(num_blocks) * static_cast<std::size_t>(block_stride);
   }

@@ -13,15 +13,15 @@
 #include "kernels/synthetic_front/synthetic_front.hpp"
 #include "memory/allocation_counter.hpp"
 #include "memory/error.hpp"
-#include "memory/pipeline_pool.hpp"
+#include "samples/engine_buffers.hpp"
 #include "samples/serve_loop_verify.hpp"
 
 namespace spg::bench {
 
 namespace {
 
-using memory::kNumRatios;
-using memory::kRatios;
+using graphs::kNumRatios;
+using graphs::kRatios;
 
 struct Workload {
   const char* name;
@@ -117,25 +117,19 @@ void fill_inputs(graphs::Executor& ex, const BenchChunk& chunk) {
   const auto& c = ex.config();
   for (std::size_t l = 0; l < c.layers.size(); ++l) {
     const auto& layer = c.layers[l];
-    auto name = [&](const char* what) { return memory::slots::layer_slot(l, what); };
-    const std::int64_t swa_stride = memory::cache_block_stride(c.cache.swa_block_size);
-    SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(
-        reinterpret_cast<std::uint8_t*>(ex.pool().bytes(name("swa_cache"), 1)), c.cache.swa_blocks,
-        c.cache.swa_block_size, swa_stride, 11 + l, ex.stream()));
-    if (layer.compress_ratio > 1) {
-      const int rows = c.cache.block_tokens / layer.compress_ratio;
-      SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(
-          reinterpret_cast<std::uint8_t*>(ex.pool().bytes(name("compressed_cache"), 1)), c.cache.compressed_blocks,
-          rows, memory::cache_block_stride(rows), 23 + l, ex.stream()));
+    const graphs::LayerBuffers& v = ex.layer(l);
+    for (const graphs::PagedCache* cache : {&v.swa_cache, &v.compressed_cache}) {
+      if (cache->data == nullptr) continue;
+      const kernels::CacheLayout& cl = cache->layout;
+      SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(cache->data, cl.num_blocks, cl.block_size, cl.block_stride,
+                                                       (cache == &v.swa_cache ? 11 : 23) + l, ex.stream()));
     }
     const std::size_t elems = std::size_t{1} * c.max_tokens * layer.h_q * layer.d_qk;
-    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(ex.pool().span<__nv_bfloat16>(name("q"), elems).data(), elems, 5,
-                                                     static_cast<int>(l), ex.stream()));
+    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(v.q.data_handle(), elems, 5, static_cast<int>(l), ex.stream()));
     if (layer.attn_sink) {
       std::vector<float> sink(static_cast<std::size_t>(layer.h_q));
       for (std::size_t h = 0; h < sink.size(); ++h) sink[h] = kernels::front_q_value(9, static_cast<int>(l), h);
-      SPG_CUDA_TRY(cudaMemcpy(ex.pool().span<float>(name("attn_sink"), sink.size()).data(), sink.data(), sink.size() * 4,
-                              cudaMemcpyHostToDevice));
+      SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
     }
   }
   int new_rows[kNumRatios] = {0, static_cast<int>(chunk.comp_slots[1].size()), static_cast<int>(chunk.comp_slots[2].size())};
@@ -256,16 +250,17 @@ void run_pipeline_benchmarks(Reporter& rep, bool quick) {
     // metadata last staged (one chunk, caches warm in L2), so the floor is if anything low.
     const graphs::Pipeline& p = ex.pipeline(0, 0);
     // The first layer's stages are also kept one by one (where a step's time goes).
-    static constexpr const char* kStageNames[] = {"kernel-stage-in", "kernel-insert-swa", "kernel-insert-compressed",
-                                                  "kernel-gather", "kernel-combine", "kernel-attention"};
-    double sum = 0;
-    std::printf("  pipeline %-7s stages (us):", w.name);
-    for (int s = 0; s < p.stage_count(); ++s) {
-      const double us = median_gpu_us(ex.stream(), [&] { (void)p.record_stage(s, 0, ex.stream()); }, timing);
-      sum += us;
-      if (s < 6) {
-        add(kStageNames[s], "gpu_us", us);
-        std::printf(" %s %.1f", kStageNames[s] + 7, us);
+    double sum = median_gpu_us(ex.stream(), [&] { (void)p.record_stage_in(0, ex.stream()); }, timing);
+    add("kernel-stage-in", "gpu_us", sum);
+    std::printf("  pipeline %-7s stages (us): stage-in %.1f", w.name, sum);
+    for (std::size_t layer = 0; layer < p.layer_count(); ++layer) {
+      for (const graphs::Stage stage : graphs::kStages) {
+        const double us = median_gpu_us(ex.stream(), [&] { (void)p.record_stage(layer, stage, ex.stream()); }, timing);
+        sum += us;
+        if (layer == 0) {
+          add((std::string("kernel-") + graphs::stage_name(stage)).c_str(), "gpu_us", us);
+          std::printf(" %s %.1f", graphs::stage_name(stage), us);
+        }
       }
     }
     std::printf("\n");
@@ -335,23 +330,22 @@ void dump_small_workload(const std::string& dir) {
   ex.synchronize();
 
   const memory::LayerConfig& l = config.layers[0];
-  const memory::ChunkMetaLayout meta = memory::ChunkMetaLayout::make(config);
+  const graphs::ChunkMetaLayout meta = graphs::ChunkMetaLayout::make(config);
   const int R = w.requests;
   const int T = R * w.new_tokens;
   const int crows = config.cache.block_tokens / l.compress_ratio;
-  const std::int64_t swa_stride = memory::cache_block_stride(config.cache.swa_block_size);
-  const std::int64_t c_stride = memory::cache_block_stride(crows);
-  auto& pool = ex.pool();
-  auto slot = [&](const char* what) { return memory::slots::layer_slot(0, what); };
-  auto raw = [&](const char* what, std::size_t bytes) { write_raw(dir + "/" + what + ".bin", pool.bytes(slot(what), bytes), bytes); };
-  raw("swa_cache", static_cast<std::size_t>(config.cache.swa_blocks * swa_stride));
-  raw("compressed_cache", static_cast<std::size_t>(config.cache.compressed_blocks * c_stride));
-  raw("q", std::size_t{2} * T * l.h_q * l.d_qk);
-  raw("topk_indices", std::size_t{4} * T * l.top_k);
-  raw("attn_sink", std::size_t{4} * l.h_q);
-  raw("out", std::size_t{2} * T * l.h_q * l.d_v);
-  raw("lse", std::size_t{4} * T * l.h_q);
-  raw("max_logits", std::size_t{4} * T * l.h_q);
+  const graphs::LayerBuffers& v = ex.layer(0);
+  const std::int64_t swa_stride = v.swa_cache.layout.block_stride;
+  const std::int64_t c_stride = v.compressed_cache.layout.block_stride;
+  auto raw = [&](const char* what, const void* data, std::size_t bytes) { write_raw(dir + "/" + what + ".bin", data, bytes); };
+  raw("swa_cache", v.swa_cache.data, v.swa_cache.bytes());
+  raw("compressed_cache", v.compressed_cache.data, v.compressed_cache.bytes());
+  raw("q", v.q.data_handle(), std::size_t{2} * T * l.h_q * l.d_qk);
+  raw("topk_indices", v.topk_indices.data_handle(), std::size_t{4} * T * l.top_k);
+  raw("attn_sink", v.attn_sink.data_handle(), std::size_t{4} * l.h_q);
+  raw("out", v.out.data_handle(), std::size_t{2} * T * l.h_q * l.d_v);
+  raw("lse", v.lse.data_handle(), std::size_t{4} * T * l.h_q);
+  raw("max_logits", v.max_logits.data_handle(), std::size_t{4} * T * l.h_q);
   std::vector<std::int32_t> swa_table(static_cast<std::size_t>(R) * meta.swa_table_width, -1);
   std::vector<std::int32_t> c_table(static_cast<std::size_t>(R) * meta.compressed_table_width, -1);
   std::vector<std::int32_t> q_lens;
@@ -405,6 +399,19 @@ void run_executor_benchmarks(Reporter& rep) {
   add("kernels_per_step", w.kernel_launches_per_step);
   std::printf("  executor warm-up: %d graphs in %.1f ms, graphs %.1f MiB, pool %.2f GiB\n", w.graphs, w.capture_ms,
               static_cast<double>(w.graph_device_bytes) / (1 << 20), static_cast<double>(w.pool_device_bytes) / (1 << 30));
+  // The same program with the engine's caches and tensors bound: the pool keeps only spgraph's own.
+  const samples::EngineBuffers engine(config, true);
+  graphs::ExecutorOptions bound;
+  bound.buffers = engine.bindings();
+  graphs::Executor bound_ex(config, bound);
+  const graphs::WarmupReport wb = bound_ex.warmup();
+  rep.add({"executor", "warmup/v4-default", "spgraph-engine-buffers", "pool_gib",
+           static_cast<double>(wb.pool_device_bytes) / (1 << 30)});
+  rep.add({"executor", "warmup/v4-default", "spgraph-engine-buffers", "engine_gib",
+           static_cast<double>(engine.bytes()) / (1 << 30)});
+  std::printf("  executor with engine-owned buffers: pool %.3f GiB (engine holds %.2f GiB), %d graphs in %.1f ms\n",
+              static_cast<double>(wb.pool_device_bytes) / (1 << 30), static_cast<double>(engine.bytes()) / (1 << 30),
+              wb.graphs, wb.capture_ms);
 }
 
 }  // namespace spg::bench

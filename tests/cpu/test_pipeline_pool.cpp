@@ -4,9 +4,13 @@
 #include "common/catch.hpp"
 #include "memory/error.hpp"
 #include "memory/pipeline_config.hpp"
-#include "memory/pipeline_pool.hpp"
+#include "graphs/chunk_format.hpp"
+#include "graphs/pipeline_pool.hpp"
+#include "kernels/kv_cache/kv_cache.hpp"
 
 using namespace spg::memory;
+using namespace spg::graphs;
+using spg::kernels::CacheLayout;
 
 namespace {
 std::string validation_error(const PipelineConfig& c) {
@@ -20,10 +24,10 @@ std::string validation_error(const PipelineConfig& c) {
 }  // namespace
 
 TEST_CASE("cache block stride is data rows, scale rows, padded to 576", "[pool]") {
-  CHECK(cache_block_stride(64) == 37440);  // 64 * 584 = 37376 -> 65 * 576
-  CHECK(cache_block_stride(2) == 1728);    // 1168 -> 3 * 576
-  CHECK(cache_block_stride(72) == 72 * 584);  // 42048 = 73 * 576 exactly
-  CHECK(cache_block_stride(1) == 1152);
+  CHECK(CacheLayout::min_block_stride(64) == 37440);  // 64 * 584 = 37376 -> 65 * 576
+  CHECK(CacheLayout::min_block_stride(2) == 1728);    // 1168 -> 3 * 576
+  CHECK(CacheLayout::min_block_stride(72) == 72 * 584);  // 42048 = 73 * 576 exactly
+  CHECK(CacheLayout::min_block_stride(1) == 1152);
 }
 
 TEST_CASE("pipeline pool sizes every slot from the config", "[pool]") {
@@ -35,16 +39,16 @@ TEST_CASE("pipeline pool sizes every slot from the config", "[pool]") {
   CHECK(max_kv_rows(config) == 3627);
   CHECK(plan.slot(slots::kKvWorkspace).spec.bytes == 3ull * 3627 * 512 * 2);
   CHECK(plan.slot(slots::kCombined).spec.bytes == 1000ull * 1152 * 4);  // round_up(1024 + 128, 128)
-  CHECK(plan.slot(slots::kTopkLens).spec.bytes == 1000ull * 4);
+  CHECK(plan.slot(slots::kCombinedLens).spec.bytes == 1000ull * 4);
   CHECK(plan.slot("layer0.q").spec.bytes == 1000ull * 128 * 512 * 2);
   CHECK(plan.slot("layer0.topk_indices").spec.bytes == 1000ull * 1024 * 4);
   CHECK(plan.slot("layer0.out").spec.bytes == 1000ull * 128 * 512 * 2);
   CHECK(plan.slot("layer0.lse").spec.bytes == 1000ull * 128 * 4);
   CHECK(plan.slot("layer0.compressed_k_rows").spec.bytes == (1000ull / 4 + 3) * 512 * 2);
   CHECK(plan.slot("layer0.swa_cache").spec.bytes ==
-        static_cast<std::size_t>(config.cache.swa_blocks) * cache_block_stride(64));
+        static_cast<std::size_t>(config.cache.swa_blocks) * CacheLayout::min_block_stride(64));
   CHECK(plan.slot("layer0.compressed_cache").spec.bytes ==
-        static_cast<std::size_t>(config.cache.compressed_blocks) * cache_block_stride(64));
+        static_cast<std::size_t>(config.cache.compressed_blocks) * CacheLayout::min_block_stride(64));
   CHECK(plan.find("layer0.attn_sink") != nullptr);
   CHECK(plan.slot(slots::kStaging[0]).spec.kind == MemoryKind::pinned_host);
   CHECK(plan.slot(slots::kStaging[1]).spec.bytes == plan.slot(slots::kChunkMeta).spec.bytes);

@@ -21,14 +21,32 @@
 #include "kernels/reference/kv_cache_reference.hpp"
 #include "kernels/reference/pipeline_reference.hpp"
 #include "memory/error.hpp"
-#include "memory/pipeline_pool.hpp"
 
 namespace spg::test {
 
 namespace ref = kernels::reference;
+using graphs::kNumRatios;
+using graphs::ratio_index;
 using memory::kHeadDim;
-using memory::kNumRatios;
-using memory::ratio_index;
+
+/// Copies host rows into a view's rows (any row stride): rows of the view's inner extents, packed.
+template <class T, class View>
+void upload_rows(const View& v, const T* host, std::size_t rows) {
+  std::size_t row = 1;
+  for (std::size_t i = 1; i < v.rank(); ++i) row *= v.extent(i);
+  SPG_CUDA_TRY(cudaMemcpy2D(v.data_handle(), v.stride(0) * sizeof(T), host, row * sizeof(T), row * sizeof(T), rows,
+                            cudaMemcpyHostToDevice));
+}
+/// Copies a view's first `rows` rows to the host, packed.
+template <class T, class View>
+std::vector<T> download_rows(const View& v, std::size_t rows) {
+  std::size_t row = 1;
+  for (std::size_t i = 1; i < v.rank(); ++i) row *= v.extent(i);
+  std::vector<T> host(rows * row);
+  SPG_CUDA_TRY(cudaMemcpy2D(host.data(), row * sizeof(T), v.data_handle(), v.stride(0) * sizeof(T), row * sizeof(T), rows,
+                            cudaMemcpyDeviceToHost));
+  return host;
+}
 
 /// A small three-layer program (C4A, SWA-only, C128A) with odd cache sizes.
 inline memory::PipelineConfig small_program() {
@@ -84,8 +102,8 @@ class World {
     topk_.resize(L);
     for (std::size_t l = 0; l < L; ++l) {
       const auto& layer = cfg_.layers[l];
-      fill_cache(swa_[l], swa_layout());
-      if (layer.compress_ratio > 1) fill_cache(comp_[l], comp_layout(layer.compress_ratio));
+      fill_cache(swa_[l], swa_layout(l));
+      if (layer.compress_ratio > 1) fill_cache(comp_[l], comp_layout(l));
       q_[l].resize(std::size_t{1} * cfg_.max_tokens * layer.h_q * layer.d_qk);
       for (auto& v : q_[l]) v = random_bf16(rng_, 1.0F);
       if (layer.attn_sink) {
@@ -96,7 +114,7 @@ class World {
       k_rows_[l].resize(std::size_t{1} * cfg_.max_tokens * kHeadDim);
       for (auto& v : k_rows_[l]) v = random_bf16(rng_, 0.1F);
       if (layer.compress_ratio > 1) {
-        const int cap = memory::ChunkMetaLayout::compressed_slot_capacity(cfg_, layer.compress_ratio);
+        const int cap = graphs::ChunkMetaLayout::compressed_slot_capacity(cfg_, layer.compress_ratio);
         ck_rows_[l].resize(std::size_t{1} * cap * kHeadDim);
         for (auto& v : ck_rows_[l]) v = random_bf16(rng_, 0.05F);
       }
@@ -105,12 +123,9 @@ class World {
     upload_all();
   }
 
-  kernels::CacheLayout swa_layout() const {
-    return kernels::CacheLayout::make(cfg_.cache.swa_block_size, cfg_.cache.swa_blocks);
-  }
-  kernels::CacheLayout comp_layout(int r) const {
-    return kernels::CacheLayout::make(cfg_.cache.block_tokens / r, cfg_.cache.compressed_blocks);
-  }
+  /// The layouts of layer l's caches as the executor holds them (a bound cache may pad its blocks).
+  kernels::CacheLayout swa_layout(std::size_t l) const { return ex_.layer(l).swa_cache.layout; }
+  kernels::CacheLayout comp_layout(std::size_t l) const { return ex_.layer(l).compressed_cache.layout; }
 
   /// A random chunk of `n` requests and `tokens` tokens (query_len 0 allowed when tokens < n).
   ChunkData random_chunk(int n, int tokens, int max_seq = -1, int min_seq = 0) {
@@ -154,7 +169,7 @@ class World {
         const int bs = cfg_.cache.swa_block_size;
         c.swa_slots.push_back(c.swa_blocks[static_cast<std::size_t>(b)][static_cast<std::size_t>(p / bs)] * bs + p % bs);
         for (int i = 1; i < kNumRatios; ++i) {
-          const int ratio = memory::kRatios[i];
+          const int ratio = graphs::kRatios[i];
           if ((p + 1) % ratio != 0) continue;
           const int row = (p + 1) / ratio - 1;
           const int rpb = cfg_.cache.block_tokens / ratio;
@@ -190,7 +205,8 @@ class World {
           }
         }
       }
-      upload(memory::slots::layer_slot(l, "topk_indices"), topk_[l]);
+      upload_rows(ex_.layer(l).topk_indices, topk_[l].data(), static_cast<std::size_t>(cfg_.max_tokens));
+      SPG_CUDA_TRY(cudaDeviceSynchronize());
     }
   }
 
@@ -204,7 +220,8 @@ class World {
       for (auto& v : topk_[l]) {
         v = rows == 0 || rng_() % 10 == 0 ? -1 : static_cast<std::int32_t>(rng_() % static_cast<std::uint64_t>(rows));
       }
-      upload(memory::slots::layer_slot(l, "topk_indices"), topk_[l]);
+      upload_rows(ex_.layer(l).topk_indices, topk_[l].data(), static_cast<std::size_t>(cfg_.max_tokens));
+      SPG_CUDA_TRY(cudaDeviceSynchronize());
     }
   }
 
@@ -215,12 +232,11 @@ class World {
       const auto& layer = cfg_.layers[l];
       ref::FaultLog log;
       ref::kv_insert(k_rows_[l].data(), c.swa_slots.data(), static_cast<int>(c.swa_slots.size()),
-                     static_cast<int>(c.swa_slots.size()), swa_[l].data(), swa_layout(), log);
+                     static_cast<int>(c.swa_slots.size()), swa_[l].data(), swa_layout(l), log);
       if (layer.compress_ratio > 1) {
         const int i = ratio_index(layer.compress_ratio);
         const int n = static_cast<int>(c.compressed_slots[i].size());
-        ref::kv_insert(ck_rows_[l].data(), c.compressed_slots[i].data(), n, n, comp_[l].data(),
-                       comp_layout(layer.compress_ratio), log);
+        ref::kv_insert(ck_rows_[l].data(), c.compressed_slots[i].data(), n, n, comp_[l].data(), comp_layout(l), log);
       }
       REQUIRE(log.count(kernels::Fault::slot) == 0);
     }
@@ -237,7 +253,7 @@ class World {
       q_lens.push_back(req.query_len);
       s_lens.push_back(req.seq_len);
     }
-    const memory::ChunkMetaLayout meta = memory::ChunkMetaLayout::make(cfg_);
+    const graphs::ChunkMetaLayout meta = graphs::ChunkMetaLayout::make(cfg_);
     std::vector<std::int32_t> swa_table(static_cast<std::size_t>(r_bucket) * meta.swa_table_width, -7);
     std::vector<std::int32_t> c_table(static_cast<std::size_t>(r_bucket) * meta.compressed_table_width, -7);
     for (std::size_t b = 0; b < c.requests.size(); ++b) {
@@ -250,8 +266,8 @@ class World {
     }
     ref::LayerStepInputs in;
     in.layer = &layer;
-    in.swa = ref::CacheView{swa_[l].data(), swa_layout(), swa_table.data(), meta.swa_table_width};
-    if (r > 1) in.compressed = ref::CacheView{comp_[l].data(), comp_layout(r), c_table.data(), meta.compressed_table_width};
+    in.swa = ref::CacheView{swa_[l].data(), swa_layout(l), swa_table.data(), meta.swa_table_width};
+    if (r > 1) in.compressed = ref::CacheView{comp_[l].data(), comp_layout(l), c_table.data(), meta.compressed_table_width};
     in.chunk = ref::make_host_chunk(q_lens, s_lens, r, layer.window, r_bucket);
     in.r_bucket = r_bucket;
     in.t_bucket = t_bucket;
@@ -283,24 +299,25 @@ class World {
 
   // Pageable copies run on the legacy stream, which does not order against the executor's
   // non-blocking stream: wait for the whole device before any step can read the data.
-  template <class T>
-  void upload(const std::string& slot, const std::vector<T>& host) {
-    if (host.empty()) return;
-    SPG_CUDA_TRY(cudaMemcpy(ex_.pool().bytes(slot, host.size() * sizeof(T)), host.data(), host.size() * sizeof(T),
-                            cudaMemcpyHostToDevice));
-    SPG_CUDA_TRY(cudaDeviceSynchronize());
-  }
-
   void upload_all() {
+    const auto T = static_cast<std::size_t>(cfg_.max_tokens);
     for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
-      auto name = [&](const char* what) { return memory::slots::layer_slot(l, what); };
-      upload(name("swa_cache"), swa_[l]);
-      if (!comp_[l].empty()) upload(name("compressed_cache"), comp_[l]);
-      upload(name("q"), q_[l]);
-      if (!sink_[l].empty()) upload(name("attn_sink"), sink_[l]);
-      upload(name("k_rows"), k_rows_[l]);
-      if (!ck_rows_[l].empty()) upload(name("compressed_k_rows"), ck_rows_[l]);
+      const graphs::LayerBuffers& v = ex_.layer(l);
+      auto cache = [](const graphs::PagedCache& c, const std::vector<std::uint8_t>& host) {
+        SPG_CUDA_TRY(cudaMemcpy(c.data, host.data(), host.size(), cudaMemcpyHostToDevice));
+      };
+      cache(v.swa_cache, swa_[l]);
+      if (!comp_[l].empty()) cache(v.compressed_cache, comp_[l]);
+      upload_rows(v.q, q_[l].data(), T);
+      if (!sink_[l].empty()) {
+        SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink_[l].data(), sink_[l].size() * 4, cudaMemcpyHostToDevice));
+      }
+      if (graphs::bound(v.k_rows)) upload_rows(v.k_rows, k_rows_[l].data(), T);
+      if (graphs::bound(v.compressed_k_rows)) {
+        upload_rows(v.compressed_k_rows, ck_rows_[l].data(), ck_rows_[l].size() / kHeadDim);
+      }
     }
+    SPG_CUDA_TRY(cudaDeviceSynchronize());
   }
 
   graphs::Executor& ex_;
@@ -311,6 +328,13 @@ class World {
   std::vector<std::vector<float>> sink_;
   std::vector<std::vector<std::int32_t>> topk_;
 };
+
+/// Fills a view's bytes with 0xFF (NaN for bf16 and f32, -1 for int32) on the device.
+template <class View>
+void poison(const View& v) {
+  if (!graphs::bound(v)) return;
+  SPG_CUDA_TRY(cudaMemset(v.data_handle(), 0xFF, graphs::span_bytes(v)));
+}
 
 /// A layer's outputs copied back: out as bf16 bits, lse and max_logits.
 struct LayerOutputs {
@@ -323,20 +347,13 @@ struct LayerOutputs {
 };
 
 inline LayerOutputs read_outputs(graphs::Executor& ex, std::size_t l, int t_bucket) {
-  const auto& layer = ex.config().layers[l];
-  LayerOutputs o;
-  o.out.resize(std::size_t{1} * t_bucket * layer.h_q * layer.d_v);
-  o.lse.resize(std::size_t{1} * t_bucket * layer.h_q);
-  o.max_logits.resize(o.lse.size());
+  const graphs::LayerBuffers& v = ex.layer(l);
+  const auto rows = static_cast<std::size_t>(t_bucket);
   ex.synchronize();
-  auto& pool = ex.pool();
-  SPG_CUDA_TRY(cudaMemcpy(o.out.data(), pool.bytes(memory::slots::layer_slot(l, "out"), o.out.size() * 2),
-                          o.out.size() * 2, cudaMemcpyDeviceToHost));
-  SPG_CUDA_TRY(cudaMemcpy(o.lse.data(), pool.bytes(memory::slots::layer_slot(l, "lse"), o.lse.size() * 4),
-                          o.lse.size() * 4, cudaMemcpyDeviceToHost));
-  SPG_CUDA_TRY(cudaMemcpy(o.max_logits.data(),
-                          pool.bytes(memory::slots::layer_slot(l, "max_logits"), o.max_logits.size() * 4),
-                          o.max_logits.size() * 4, cudaMemcpyDeviceToHost));
+  LayerOutputs o;
+  o.out = download_rows<std::uint16_t>(v.out, rows);
+  o.lse = download_rows<float>(v.lse, rows);
+  o.max_logits = download_rows<float>(v.max_logits, rows);
   return o;
 }
 

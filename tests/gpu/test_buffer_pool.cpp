@@ -8,10 +8,12 @@
 
 #include "common/catch.hpp"
 #include "memory/buffer_pool.hpp"
+#include "graphs/pipeline_pool.hpp"
 #include "memory/error.hpp"
-#include "memory/pipeline_pool.hpp"
 
 using namespace spg::memory;
+using spg::graphs::plan_pipeline_pool;
+namespace slots = spg::graphs::slots;
 
 TEST_CASE("the pipeline pool makes two allocations and every slot holds its bytes", "[gpu][pool]") {
   LayerConfig c4{};

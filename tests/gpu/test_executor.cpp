@@ -92,31 +92,25 @@ TEST_CASE("a chunk without slot lists has its slots derived on the device: same 
   World world(ex, 777);
   const std::vector<int> layers = ex.program_layers(0);
   const auto& cfg = ex.config();
-  // Every cache of the program: (pool slot, bytes, ratio index).
+  // Every cache of the program: (its view, ratio index).
   struct Cache {
     std::string name;
-    std::size_t bytes;
+    graphs::PagedCache cache;
     int ratio_index;
   };
   std::vector<Cache> caches;
   for (int l : layers) {
     const auto li = static_cast<std::size_t>(l);
-    caches.push_back({memory::slots::layer_slot(li, "swa_cache"),
-                      kernels::CacheLayout::make(cfg.cache.swa_block_size, cfg.cache.swa_blocks).bytes(), 0});
+    caches.push_back({"layer " + std::to_string(l) + " swa", ex.layer(li).swa_cache, 0});
     const int r = cfg.layers[li].compress_ratio;
-    if (r > 1) {
-      caches.push_back({memory::slots::layer_slot(li, "compressed_cache"),
-                        kernels::CacheLayout::make(cfg.cache.block_tokens / r, cfg.cache.compressed_blocks).bytes(),
-                        memory::ratio_index(r)});
-    }
+    if (r > 1) caches.push_back({"layer " + std::to_string(l) + " compressed", ex.layer(li).compressed_cache, graphs::ratio_index(r)});
   }
   auto snapshot = [&] {
     ex.synchronize();
     std::vector<std::vector<std::uint8_t>> bytes;
     for (const Cache& cache : caches) {
-      bytes.emplace_back(cache.bytes);
-      SPG_CUDA_TRY(cudaMemcpy(bytes.back().data(), ex.pool().bytes(cache.name, cache.bytes), cache.bytes,
-                              cudaMemcpyDeviceToHost));
+      bytes.emplace_back(cache.cache.bytes());
+      SPG_CUDA_TRY(cudaMemcpy(bytes.back().data(), cache.cache.data, cache.cache.bytes(), cudaMemcpyDeviceToHost));
     }
     return bytes;
   };
@@ -137,7 +131,7 @@ TEST_CASE("a chunk without slot lists has its slots derived on the device: same 
       const int ri = caches[i].ratio_index;
       const bool changed = listed_caches[i] != before[i];  // a bool: Catch would print whole caches
       if (ri == 0 || !c.compressed_slots[ri].empty()) CHECK(changed);
-      SPG_CUDA_TRY(cudaMemcpy(ex.pool().bytes(caches[i].name, caches[i].bytes), before[i].data(), caches[i].bytes,
+      SPG_CUDA_TRY(cudaMemcpy(caches[i].cache.data, before[i].data(), caches[i].cache.bytes(),
                               cudaMemcpyHostToDevice));  // undo the insert
     }
     SPG_CUDA_TRY(cudaDeviceSynchronize());
@@ -184,13 +178,12 @@ TEST_CASE("each stage of a replayed step equals its reference", "[gpu][executor]
     ex.synchronize();
     const std::size_t rows = static_cast<std::size_t>(rb) * static_cast<std::size_t>(ex.config().max_kv_rows(layer));
     std::vector<std::uint16_t> kv(rows * 512);
-    SPG_CUDA_TRY(cudaMemcpy(kv.data(), ex.pool().bytes(memory::slots::kKvWorkspace, kv.size() * 2), kv.size() * 2,
-                            cudaMemcpyDeviceToHost));
+    SPG_CUDA_TRY(cudaMemcpy(kv.data(), ex.workspace().kv.data_handle(), kv.size() * 2, cudaMemcpyDeviceToHost));
     std::vector<std::int32_t> combined(want.combined.size());
     std::vector<std::int32_t> lens(want.lens.size());
-    SPG_CUDA_TRY(cudaMemcpy(combined.data(), ex.pool().bytes(memory::slots::kCombined, combined.size() * 4),
-                            combined.size() * 4, cudaMemcpyDeviceToHost));
-    SPG_CUDA_TRY(cudaMemcpy(lens.data(), ex.pool().bytes(memory::slots::kTopkLens, lens.size() * 4), lens.size() * 4,
+    SPG_CUDA_TRY(cudaMemcpy(combined.data(), ex.workspace().combined_indices.data_handle(), combined.size() * 4,
+                            cudaMemcpyDeviceToHost));
+    SPG_CUDA_TRY(cudaMemcpy(lens.data(), ex.workspace().combined_lens.data_handle(), lens.size() * 4,
                             cudaMemcpyDeviceToHost));
     INFO("layer " << l);
     CHECK(lens == want.lens);
@@ -259,13 +252,13 @@ TEST_CASE("padding is harmless: padded requests and tokens write zeros and +inf"
   ex.warmup();
   World world(ex, 99);
   // Poison everything the pipeline writes: workspace, indices, lens, outputs.
-  auto& pool = ex.pool();
-  for (const auto& s : pool.plan().slots()) {
-    const std::string& name = s.spec.name;
-    const bool output = name == memory::slots::kKvWorkspace || name == memory::slots::kCombined ||
-                        name == memory::slots::kTopkLens || name.ends_with(".out") || name.ends_with(".lse") ||
-                        name.ends_with(".max_logits");
-    if (output) SPG_CUDA_TRY(cudaMemset(pool.bytes(name, s.spec.bytes), 0xFF, s.spec.bytes));
+  test::poison(ex.workspace().kv);
+  test::poison(ex.workspace().combined_indices);
+  test::poison(ex.workspace().combined_lens);
+  for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
+    test::poison(ex.layer(l).out);
+    test::poison(ex.layer(l).lse);
+    test::poison(ex.layer(l).max_logits);
   }
   SPG_CUDA_TRY(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
   const ChunkData c = world.random_chunk(2, 21);  // bucket R2 x T24: 3 padded tokens
@@ -360,14 +353,14 @@ TEST_CASE("1000 back-to-back steps with no host synchronisation match eager resu
   memory::DeviceBuffer aside_lse(kSteps * lse_elems * 4);
   std::vector<int> order(kSteps);
   for (int i = 0; i < kSteps; ++i) order[static_cast<std::size_t>(i)] = static_cast<int>(world.rng()() % 8);
-  auto& pool = ex.pool();
+  const graphs::LayerBuffers& views = ex.layer(l);
   for (int i = 0; i < kSteps; ++i) {
     require_ok(ex.run(variants[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])].input()));
     SPG_CUDA_TRY(cudaMemcpyAsync(static_cast<std::uint16_t*>(aside_out.data()) + i * out_elems,
-                                 pool.bytes(memory::slots::layer_slot(l, "out"), out_elems * 2), out_elems * 2,
+                                 views.out.data_handle(), out_elems * 2,
                                  cudaMemcpyDeviceToDevice, ex.stream()));
     SPG_CUDA_TRY(cudaMemcpyAsync(static_cast<float*>(aside_lse.data()) + i * lse_elems,
-                                 pool.bytes(memory::slots::layer_slot(l, "lse"), lse_elems * 4), lse_elems * 4,
+                                 views.lse.data_handle(), lse_elems * 4,
                                  cudaMemcpyDeviceToDevice, ex.stream()));
   }
   ex.synchronize();
@@ -451,13 +444,11 @@ TEST_CASE("failure paths leave the executor usable", "[gpu][executor]") {
     cudaStreamCaptureStatus status{};
     REQUIRE(cudaStreamIsCapturing(s.get(), &status) == cudaSuccess);
     CHECK(status == cudaStreamCaptureStatusNone);
-    const std::size_t ws = graphs::Pipeline::attention_workspace_bytes(ex.config(), {0}, 1, 16);
-    graphs::Pipeline p(ex.config(), ex.pool(), {0}, 1, 16, false,
-                       ws > 0 ? ex.pool().bytes("attention_workspace", ws) : nullptr);
+    const graphs::Pipeline& p = ex.pipeline(0, 0);
     graphs::CaptureGuard guard(s.get());
     REQUIRE(p.record(0, s.get()) == cudaSuccess);
     const graphs::Graph g = guard.finish();
-    CHECK(g.node_count() >= 5);
+    CHECK(g.node_count() == static_cast<std::size_t>(p.kernel_launches()));
     const graphs::GraphExec exec = graphs::GraphExec::instantiate(g, s.get());
     CHECK(exec.launch(s.get()) == cudaSuccess);
     s.synchronize();

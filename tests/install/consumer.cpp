@@ -2,11 +2,11 @@
 #include <cstdio>
 
 #include "memory/pipeline_config.hpp"
-#include "memory/pipeline_pool.hpp"
+#include "graphs/pipeline_pool.hpp"
 
 int main() {
   const auto config = spg::memory::PipelineConfig::v4_default();
-  const auto plan = spg::memory::plan_pipeline_pool(config);
+  const auto plan = spg::graphs::plan_pipeline_pool(config);
   std::printf("consumer: %zu slots, %zu device bytes\n", plan.slots().size(), plan.device_bytes());
   return plan.device_bytes() > 0 ? 0 : 1;
 }
