@@ -2,8 +2,8 @@
 # End-to-end GPU test of the main job: 200 steps of the serving loop in graph mode with every 10th
 # step verified against the CPU references and zero allocations after warm-up, then the same trace
 # in eager mode and in graph mode with the insert slots derived on the device (instead of the
-# scheduler's slot lists), whose output checksums must both be identical. Exit 77 (skipped) without
-# a GPU.
+# scheduler's slot lists) and in graph mode over the model front's own buffers (--engine-buffers),
+# whose output checksums must all be identical. Exit 77 (skipped) without a GPU.
 set -uo pipefail
 serve_loop=${1:?usage: serve_loop_test.sh path/to/serve_loop}
 args=(--steps 200 --verify 20 --seed 11 --max-tokens 256 --max-model-len 8192 --min-len 300 --max-len 8192
@@ -12,7 +12,8 @@ args=(--steps 200 --verify 20 --seed 11 --max-tokens 256 --max-model-len 8192 --
 graph_log=$(mktemp)
 eager_log=$(mktemp)
 derived_log=$(mktemp)
-trap 'rm -f "$graph_log" "$eager_log" "$derived_log"' EXIT
+engine_log=$(mktemp)
+trap 'rm -f "$graph_log" "$eager_log" "$derived_log" "$engine_log"' EXIT
 "$serve_loop" "${args[@]}" --mode graph >"$graph_log" 2>&1
 rc=$?
 cat "$graph_log"
@@ -42,3 +43,15 @@ if [ "$g" != "$l" ]; then
   exit 1
 fi
 echo "serve_loop_test: slots derived on the device and the scheduler's slot lists give bit-identical outputs"
+
+"$serve_loop" "${args[@]}" --mode graph --engine-buffers >"$engine_log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { cat "$engine_log"; echo "serve_loop_test: graph run over engine-owned buffers failed (exit $rc)"; exit 1; }
+grep -q "verified chunks *20 passed, 0 failed" "$engine_log" || { cat "$engine_log"; echo "serve_loop_test: engine-buffer verification did not pass"; exit 1; }
+b=$(grep "output checksum" "$engine_log")
+if [ "$g" != "$b" ]; then
+  echo "serve_loop_test: engine-owned and pooled buffers give different outputs: '$g' vs '$b'"
+  exit 1
+fi
+grep "warm-up:" "$graph_log" "$engine_log"
+echo "serve_loop_test: engine-owned buffers give bit-identical outputs"
