@@ -75,10 +75,16 @@ std::int64_t max_kv_rows(const PipelineConfig& config) noexcept {
 }
 
 PoolPlan plan_pipeline_pool(const PipelineConfig& config, const std::vector<LayerBuffers>& bound, bool insert) {
-  config.validate();
   SPG_EXPECTS(bound.empty() || bound.size() == config.layers.size(),
               "buffers holds " << bound.size() << " entries; it must be empty or hold one per layer ("
                                << config.layers.size() << ")");
+  return plan_pipeline_pool(
+      config, [&](std::size_t layer, LayerBuffer b) { return !bound.empty() && is_bound(bound[layer], b); }, insert);
+}
+
+PoolPlan plan_pipeline_pool(const PipelineConfig& config, const std::function<bool(std::size_t, LayerBuffer)>& bound,
+                            bool insert) {
+  config.validate();
   const std::int64_t R = config.max_requests;
   const std::int64_t T = config.max_tokens;
   const ChunkMetaLayout meta = ChunkMetaLayout::make(config);
@@ -95,7 +101,7 @@ PoolPlan plan_pipeline_pool(const PipelineConfig& config, const std::vector<Laye
   for (std::size_t i = 0; i < config.layers.size(); ++i) {
     const LayerConfig& l = config.layers[i];
     for (const LayerBuffer b : kLayerBuffers) {
-      if (!layer_uses(l, b, insert) || (!bound.empty() && is_bound(bound[i], b))) continue;
+      if (!layer_uses(l, b, insert) || bound(i, b)) continue;
       const std::string name = slots::layer_slot(i, b);
       const auto rows = static_cast<std::int64_t>(b == LayerBuffer::swa_cache || b == LayerBuffer::compressed_cache
                                                       ? 0

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,10 @@ inline constexpr std::size_t kStepStatusBytes = 256;
 ///         entry per layer.
 [[nodiscard]] memory::PoolPlan plan_pipeline_pool(const memory::PipelineConfig& config,
                                                   const std::vector<LayerBuffers>& bound = {}, bool insert = true);
+/// The same with the bound buffers named by a predicate (layer, buffer) -> bound: what the pool
+/// would hold for a binding that does not exist yet (serve_loop --plan --engine-buffers).
+[[nodiscard]] memory::PoolPlan plan_pipeline_pool(const memory::PipelineConfig& config,
+                                                  const std::function<bool(std::size_t, LayerBuffer)>& is_bound,
+                                                  bool insert);
 
 }  // namespace spg::graphs

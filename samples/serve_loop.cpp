@@ -209,14 +209,17 @@ spg::memory::PipelineConfig make_config(const Options& o) {
   return c;
 }
 
-void print_plan(const spg::memory::PipelineConfig& config) {
-  const auto plan = spg::graphs::plan_pipeline_pool(config);
+void print_plan(const spg::memory::PipelineConfig& config, bool engine_buffers) {
+  // With --engine-buffers the model front owns every layer buffer: the pool plans only its own.
+  const auto plan = spg::graphs::plan_pipeline_pool(
+      config, [&](std::size_t, spg::graphs::LayerBuffer) { return engine_buffers; }, true);
   std::printf("layer program: %zu layers (R = %d, T = %d, max_model_len = %d)\n", config.layers.size(),
               config.max_requests, config.max_tokens, config.max_model_len);
   for (std::size_t i = 0; i < config.layers.size(); ++i) {
     std::printf("  layer %zu: %s\n", i, config.layers[i].label().c_str());
   }
-  std::printf("buckets: %s\n\n%s", spg::graphs::BucketSet::make_default(config.max_requests, config.max_tokens).describe().c_str(),
+  std::printf("buckets: %s\n%s\n%s", spg::graphs::BucketSet::make_default(config.max_requests, config.max_tokens).describe().c_str(),
+              engine_buffers ? "every layer buffer is the engine's (--engine-buffers): the pool plans spgraph's own slots\n" : "",
               plan.table().c_str());
 }
 
@@ -496,7 +499,7 @@ int main(int argc, char** argv) {
     const spg::memory::PipelineConfig config = make_config(opt);
     config.validate();
     if (opt.plan_only) {
-      print_plan(config);
+      print_plan(config, opt.engine_buffers);
       return 0;
     }
     if (!spg::memory::cuda_device_available()) {
@@ -505,7 +508,7 @@ int main(int argc, char** argv) {
         return 77;
       }
       std::printf("serve_loop: no CUDA device found; running the CPU-side planner instead.\n\n");
-      print_plan(config);
+      print_plan(config, opt.engine_buffers);
       return 0;
     }
     return run(opt);

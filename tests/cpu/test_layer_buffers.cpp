@@ -251,7 +251,7 @@ TEST_CASE("the pool plans only what is not bound", "[bindings][pool]") {
     CHECK(s.spec.name.rfind("layer", 0) != 0);
   }
   // No insert stage: no K rows planned.
-  const memory::PoolPlan no_insert = graphs::plan_pipeline_pool(c, {}, false);
+  const memory::PoolPlan no_insert = graphs::plan_pipeline_pool(c, std::vector<LayerBuffers>{}, false);
   CHECK(no_insert.find("layer0.k_rows") == nullptr);
   CHECK(no_insert.find("layer0.compressed_k_rows") == nullptr);
   CHECK(no_insert.find("layer0.q") != nullptr);
