@@ -130,19 +130,42 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() noexcept {
   return encode;
 }
 
-/// `out` as a 2-D bf16 tensor [rows, 512] for the wgmma kernel's TMA stores of 64 x 64 boxes from
-/// 128B-swizzled panels. Host-only work (no device call), so it can run during capture.
-cudaError_t encode_out_map(CUtensorMap& map, __nv_bfloat16* out, std::int64_t rows) noexcept {
+/// `out` as a 3-D bf16 tensor {512 columns, h_q heads, s_q tokens} (tokens `token_stride`
+/// elements apart) for the wgmma kernel's TMA stores of 64 x 64 boxes (64 columns of 64 heads of
+/// one token) from 128B-swizzled panels. Host-only work (no device call), so it can run during
+/// capture.
+cudaError_t encode_out_map(CUtensorMap& map, __nv_bfloat16* out, int h_q, int s_q, std::int64_t token_stride) noexcept {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kSparseMlaDv), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kSparseMlaDv) * sizeof(__nv_bfloat16)};
-  const cuuint32_t box[2] = {64, 64};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, out, dims, strides, box, element_strides,
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kSparseMlaDv), static_cast<cuuint64_t>(h_q),
+                              static_cast<cuuint64_t>(s_q)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kSparseMlaDv) * sizeof(__nv_bfloat16),
+                                 static_cast<cuuint64_t>(token_stride) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[3] = {64, 64, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, out, dims, strides, box, element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/// TMA strides must stay below 2^40 bytes (cuTensorMapEncodeTiled).
+constexpr std::int64_t kTmaStrideBytesLimit = std::int64_t{1} << 40;
+
+/// A token stride as the kernels read it: 0 (contiguous) becomes the contiguous size.
+std::int64_t resolved_stride(std::int64_t stride, std::int64_t contiguous) noexcept {
+  return stride == 0 ? contiguous : stride;
+}
+
+/// Checks one token stride (q or out): 0, or at least the contiguous size, a multiple of 8
+/// elements (16 bytes) and below the TMA bound.
+void check_token_stride(const char* name, std::int64_t stride, std::int64_t contiguous) {
+  if (stride == 0) return;
+  SPG_EXPECTS(stride >= contiguous, name << " = " << stride << " must be 0 (contiguous) or at least " << contiguous
+                                         << " (h_q times the row length)");
+  SPG_EXPECTS(stride % 8 == 0, name << " = " << stride << " must be a multiple of 8 elements (16 bytes)");
+  SPG_EXPECTS(stride < kTmaStrideBytesLimit / 2, name << " = " << stride << " elements must be below 2^39 (2^40 bytes, "
+                                                      << "the TMA bound on a tensor map's strides)");
 }
 
 }  // namespace
@@ -162,6 +185,11 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   SPG_EXPECTS(a.s_kv >= 1, "s_kv = " << a.s_kv << " must be at least 1");
   SPG_EXPECTS(a.kv_row_stride >= a.d_qk && a.kv_row_stride % 8 == 0,
               "kv_row_stride = " << a.kv_row_stride << " must be >= d_qk = " << a.d_qk << " and a multiple of 8");
+  SPG_EXPECTS(a.kv_row_stride < kTmaStrideBytesLimit / 2,
+              "kv_row_stride = " << a.kv_row_stride
+                                 << " elements must be below 2^39 (2^40 bytes, the TMA bound on a tensor map's strides)");
+  check_token_stride("q_token_stride", a.q_token_stride, std::int64_t{a.h_q} * a.d_qk);
+  check_token_stride("out_token_stride", a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
   SPG_EXPECTS(aligned(a.q, 16), "q = " << static_cast<const void*>(a.q) << " must be 16-byte aligned");
   SPG_EXPECTS(aligned(a.kv, 16), "kv = " << static_cast<const void*>(a.kv) << " must be 16-byte aligned");
   SPG_EXPECTS(aligned(a.out, 16), "out = " << static_cast<const void*>(a.out) << " must be 16-byte aligned");
@@ -225,9 +253,11 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   p.num_splits = plan.num_splits;
   p.blocks_per_split = plan.blocks_per_split;
   p.write_partials = plan.split;
+  p.q_token_stride = resolved_stride(a.q_token_stride, std::int64_t{a.h_q} * a.d_qk);
+  p.out_token_stride = resolved_stride(a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
   CUtensorMap out_map{};  // the single pass's TMA stores of out; the other kernels ignore it
   if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
-    status = encode_out_map(out_map, a.out, std::int64_t{a.s_q} * a.h_q);
+    status = encode_out_map(out_map, a.out, a.h_q, a.s_q, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
   if (plan.split) {
@@ -262,6 +292,7 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   m.s_q = a.s_q;
   m.h_q = a.h_q;
   m.out = a.out;
+  m.out_token_stride = p.out_token_stride;
   m.max_logits = a.max_logits;
   m.lse = a.lse;
   constexpr int rows_per_cta = detail::kMlaMergeThreads / 32;

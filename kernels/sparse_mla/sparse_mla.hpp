@@ -66,7 +66,8 @@ constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
 
 /// @brief Arguments of one sparse MLA call. All pointers are device memory.
 struct SparseMlaArgs {
-  const __nv_bfloat16* q{nullptr};   ///< [s_q, h_q, d_qk], contiguous
+  /// [s_q, h_q, d_qk]: heads d_qk elements apart within a token, tokens q_token_stride apart
+  const __nv_bfloat16* q{nullptr};
   const __nv_bfloat16* kv{nullptr};  ///< [s_kv, 1, d_qk], row stride kv_row_stride elements
   std::int64_t kv_row_stride{0};     ///< elements, >= d_qk and a multiple of 8
   int s_kv{0};
@@ -81,9 +82,16 @@ struct SparseMlaArgs {
   int h_q{0};   ///< 64 or 128
   int d_qk{0};  ///< 512 or 576; the first 512 values of a kv row are its value part
   float sm_scale{0.0f};
-  __nv_bfloat16* out{nullptr};  ///< [s_q, h_q, 512]
+  /// [s_q, h_q, 512]: heads 512 elements apart within a token, tokens out_token_stride apart
+  __nv_bfloat16* out{nullptr};
   float* max_logits{nullptr};   ///< [s_q, h_q]
   float* lse{nullptr};          ///< [s_q, h_q], natural log, sink not included
+  /// Elements between consecutive tokens of q; 0 means contiguous (h_q * d_qk). Otherwise at
+  /// least h_q * d_qk and a multiple of 8 (16 bytes: what cp.async and the TMA need).
+  std::int64_t q_token_stride{0};
+  /// Elements between consecutive tokens of out; 0 means contiguous (h_q * 512). Otherwise at
+  /// least h_q * 512 and a multiple of 8. max_logits and lse stay contiguous [s_q, h_q].
+  std::int64_t out_token_stride{0};
   SparseMlaPath path{SparseMlaPath::automatic};
   /// split_topk / split_topk_mma only: number of top-k slices; 0 lets the shape choose.
   int num_splits{0};
@@ -101,7 +109,10 @@ struct SparseMla {
   /// @brief Checks the arguments against what the kernels implement.
   /// @throws InvalidArgument naming the first argument out of bounds: a null pointer, h_q not 64
   ///         or 128, d_qk not 512 or 576, topk not a positive multiple of 64, s_q < 1, s_kv < 1,
-  ///         kv_row_stride < d_qk or not a multiple of 8, q/kv/out not 16-byte aligned, a
+  ///         kv_row_stride < d_qk or not a multiple of 8, q_token_stride / out_token_stride
+  ///         neither 0 nor at least the contiguous size (h_q * d_qk, h_q * 512) or not a multiple
+  ///         of 8, any of the three strides at 2^40 bytes or more (the TMA bound on a tensor map's
+  ///         strides), q/kv/out not 16-byte aligned, a
   ///         non-finite sm_scale, num_splits outside [0, topk / 64],
   ///         more than 2^31 - 1 output rows (s_q * h_q) or more than 2^31 - 1 work items.
   static void can_implement(const SparseMlaArgs& args);

@@ -36,6 +36,8 @@ struct SparseMlaParams {
   float* part_o;         ///< [num_splits, s_q * h_q, 512]
   float2* part_ml;       ///< [num_splits, s_q * h_q]: (running max in log2 units, sum of exp2)
   int q_prefetch_ahead;  ///< wgmma: a CTA prefetches into L2 the Q rows of the item this many on (0: none)
+  std::int64_t q_token_stride;    ///< elements between tokens of q (resolved: never 0)
+  std::int64_t out_token_stride;  ///< elements between tokens of out (resolved: never 0)
 };
 
 inline constexpr float kLog2e = 1.4426950408889634f;

@@ -35,6 +35,7 @@ struct SparseMlaMergeParams {
   int s_q;
   int h_q;
   __nv_bfloat16* out;
+  std::int64_t out_token_stride;  ///< elements between tokens of out
   float* max_logits;
   float* lse;
 };
@@ -150,6 +151,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) sparse_mla_kernel(const Sparse
     return it;
   };
   auto row_of = [&](const MlaItem& it) { return static_cast<std::int64_t>(it.token) * p.h_q + it.head0; };
+  // The item's first out row and first q row: tokens sit at their own strides, heads contiguous.
+  auto out_of = [&](const MlaItem& it) { return p.out + it.token * p.out_token_stride + it.head0 * 512; };
+  auto q_of = [&](const MlaItem& it) { return p.q + it.token * p.q_token_stride + it.head0 * D; };
   // An item with no block to run: out 0, max_logits -inf, lse +inf (or an empty partial).
   auto write_empty = [&](const MlaItem& it) {
     const std::int64_t row0 = row_of(it);
@@ -161,7 +165,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) sparse_mla_kernel(const Sparse
       p.max_logits[row0 + tid] = -CUDART_INF_F;
       p.lse[row0 + tid] = CUDART_INF_F;
     }
-    uint4* gout = reinterpret_cast<uint4*>(p.out + row0 * 512);
+    uint4* gout = reinterpret_cast<uint4*>(out_of(it));
 #pragma unroll
     for (int i = 0; i < 16; ++i) gout[tid + 256 * i] = make_uint4(0u, 0u, 0u, 0u);
   };
@@ -204,7 +208,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) sparse_mla_kernel(const Sparse
     }
   };
   auto issue_q = [&](const MlaItem& it) {
-    const char* qsrc = reinterpret_cast<const char*>(p.q + row_of(it) * D) + lsub * 16;
+    const char* qsrc = reinterpret_cast<const char*>(q_of(it)) + lsub * 16;
     const std::uint32_t qdst = sbase + L::kOffQ + ld_dst;
 #pragma unroll
     for (int pp = 0; pp < 2; ++pp)
@@ -502,7 +506,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) sparse_mla_kernel(const Sparse
                 pack_bf16(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
         }
       __syncthreads();
-      uint4* gout = reinterpret_cast<uint4*>(p.out + row0 * 512);
+      uint4* gout = reinterpret_cast<uint4*>(out_of(it));
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const int c = tid + 256 * i;  // 16-byte chunk of the 64 x 1024-byte tile
@@ -551,7 +555,7 @@ __global__ void __launch_bounds__(kMlaMergeThreads) sparse_mla_merge_kernel(cons
     }
   }
   const RowFinal fin = finalize_row(m, l, p.attn_sink, head);
-  uint2* gout = reinterpret_cast<uint2*>(p.out + row * 512) + lane;
+  uint2* gout = reinterpret_cast<uint2*>(p.out + (row / p.h_q) * p.out_token_stride + head * 512) + lane;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
     gout[32 * i] = make_uint2(pack_bf16(acc[i].x * fin.inv, acc[i].y * fin.inv),

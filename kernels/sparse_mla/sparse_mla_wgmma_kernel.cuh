@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
     // issued before) have landed. An item with no block loads no Q (nothing would wait for it).
-    const __nv_bfloat16* qsrc = p.q + (static_cast<std::int64_t>(token) * p.h_q + head0) * D + c8 * 8;
+    const __nv_bfloat16* qsrc = p.q + static_cast<std::int64_t>(token) * p.q_token_stride + head0 * D + c8 * 8;
     const std::uint64_t q_policy = l2_evict_first();  // each Q row is read by one CTA only
     auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
 #pragma unroll
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
         if (next < p.num_items) {
           const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next));
-          prefetch_l2_bulk(p.q + (static_cast<std::int64_t>(at.token) * p.h_q + at.head0) * D, 64u * D * 2u);
+          prefetch_l2_bulk(p.q + static_cast<std::int64_t>(at.token) * p.q_token_stride + at.head0 * D, 64u * D * 2u);
         }
       }
     }
@@ -541,7 +541,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     const std::uint64_t policy = l2_evict_first();  // out rows are not read again here
 #pragma unroll
     for (int pn = 0; pn < 4; ++pn)
-      tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, static_cast<int>(row0), policy);
+      tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, token, policy);
     bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
   }
 }

@@ -213,13 +213,16 @@ __device__ __forceinline__ void stmatrix_x4(std::uint32_t row_addr, std::uint32_
                : "memory");
 }
 
-/// TMA store of one [64 rows x 64 columns] bf16 box from a 128B-swizzled K-major panel at `src`
-/// (8 KiB, the layout of swz_offset with 64 rows) to the tensor `map` describes, at column `col`
-/// and row `row` of the tensor, with an L2 policy. Completes asynchronously (bulk group).
-__device__ __forceinline__ void tma_store_box(const void* map, std::uint32_t src, int col, int row, std::uint64_t policy) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;\n" ::"l"(map),
-               "r"(src), "r"(col), "r"(row), "l"(policy)
-               : "memory");
+/// TMA store of one [64 heads x 64 columns] bf16 box from a 128B-swizzled K-major panel at `src`
+/// (8 KiB, the layout of swz_offset with 64 rows) to the 3-D tensor {columns, heads, tokens} `map`
+/// describes, at column `col`, head `head` and token `token`, with an L2 policy. Completes
+/// asynchronously (bulk group).
+__device__ __forceinline__ void tma_store_box(const void* map, std::uint32_t src, int col, int head, int token,
+                                              std::uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], [%1], %5;\n" ::"l"(map),
+      "r"(src), "r"(col), "r"(head), "r"(token), "l"(policy)
+      : "memory");
 }
 /// L2 policy "evict first" for every line an access touches: for data read or written once (a
 /// CTA's query rows, its output rows), so it does not push out the kv rows that many CTAs reread.

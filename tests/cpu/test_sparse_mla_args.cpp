@@ -42,4 +42,55 @@ TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "
   rejects([](k::SparseMlaArgs& b) { b.num_splits = 3; }, "num_splits");
   rejects([](k::SparseMlaArgs& b) { b.s_q = 20'000'000; b.h_q = 128; }, "output rows");
   rejects([](k::SparseMlaArgs& b) { b.sm_scale = std::numeric_limits<float>::infinity(); }, "sm_scale");
+  rejects([](k::SparseMlaArgs& b) { b.kv_row_stride = std::int64_t{1} << 39; }, "kv_row_stride");
+}
+
+TEST_CASE("sparse_mla: can_implement bounds the q and out token strides", "[sparse_mla]") {
+  // h_q 128, d_qk 576: contiguous q tokens are 73728 elements apart, out tokens 65536.
+  k::SparseMlaArgs a = shape_only_args(100, 128, 5, 128, 576);
+  a.kv_row_stride = 576;
+  auto accepts = [&](std::int64_t q_stride, std::int64_t out_stride) {
+    k::SparseMlaArgs b = a;
+    b.q_token_stride = q_stride;
+    b.out_token_stride = out_stride;
+    INFO("q_token_stride " << q_stride << ", out_token_stride " << out_stride);
+    CHECK_NOTHROW(k::SparseMla::can_implement(b));
+  };
+  accepts(0, 0);
+  accepts(73728, 65536);           // the contiguous sizes, spelled out
+  accepts(73728 + 8, 65536 + 8);   // 16-byte padding
+  accepts(200000, 131072);
+  // Every refusal names the argument, its value and the bound it breaks.
+  auto rejects = [&](const char* name, std::int64_t q_stride, std::int64_t out_stride, const char* value,
+                     const char* bound) {
+    k::SparseMlaArgs b = a;
+    b.q_token_stride = q_stride;
+    b.out_token_stride = out_stride;
+    INFO(name << " = " << value);
+    try {
+      k::SparseMla::can_implement(b);
+      FAIL("accepted");
+    } catch (const spg::InvalidArgument& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find(name) != std::string::npos);
+      CHECK(what.find(value) != std::string::npos);
+      CHECK(what.find(bound) != std::string::npos);
+    }
+  };
+  rejects("q_token_stride", 73720, 0, "73720", "73728");          // below the contiguous size
+  rejects("q_token_stride", -8, 0, "-8", "73728");                // negative
+  rejects("q_token_stride", 73728 + 4, 0, "73732", "multiple of 8");
+  rejects("q_token_stride", std::int64_t{1} << 39, 0, "549755813888", "2^40 bytes");
+  rejects("out_token_stride", 0, 65535, "65535", "65536");
+  rejects("out_token_stride", 0, -65536, "-65536", "65536");
+  rejects("out_token_stride", 0, 65536 + 12, "65548", "multiple of 8");
+  rejects("out_token_stride", 0, std::int64_t{1} << 39, "549755813888", "2^40 bytes");
+  // h_q 64: the contiguous sizes halve.
+  k::SparseMlaArgs h64 = shape_only_args(100, 128, 5, 64, 512);
+  h64.q_token_stride = 32768;
+  h64.out_token_stride = 32768;
+  CHECK_NOTHROW(k::SparseMla::can_implement(h64));
+  h64.q_token_stride = 32760;
+  CHECK_THROWS_AS(k::SparseMla::can_implement(h64), spg::InvalidArgument);
 }

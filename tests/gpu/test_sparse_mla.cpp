@@ -2,9 +2,9 @@
 // correctness grid of the public sparse prefill operator (through the automatic path, which runs
 // the wgmma single pass or split top-k), masking edge cases and the index-invariance test on all
 // three kernels, split-top-k against the single pass, the wgmma against the mma.sync single pass,
-// num_tokens padding, padded kv strides, per-step metadata through one captured graph, s_q past
-// the 65535 grid limit, and the wgmma building blocks on one tile. Every case runs eagerly and
-// captured-then-replayed, with NaN-poisoned outputs.
+// num_tokens padding, padded kv strides, padded q and out token strides, per-step metadata
+// through one captured graph, s_q past the 65535 grid limit, and the wgmma building blocks on one
+// tile. Every case runs eagerly and captured-then-replayed, with NaN-poisoned outputs.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -719,6 +719,81 @@ TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][s
       check_problem(with_stride(base, d_qk + extra), {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma,
                                                       k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma},
                     stream.get(), 4);
+    }
+  }
+}
+
+TEST_CASE("sparse_mla: q and out at padded token strides: bit-identical, padding untouched", "[gpu][sparse_mla]") {
+  // Every kernel path, both d_qk, both head counts: q tokens and out tokens at padded strides give
+  // exactly the outputs of the contiguous run of the same path. The q padding holds NaN (a kernel
+  // that reads it fails); the out buffer is NaN-poisoned whole before each run and its padding
+  // must come back untouched. Two paddings: 16-byte only (q + 72, out + 8 elements) and whole
+  // 128-byte lines (q + 1024, out + 576).
+  spg::memory::Stream stream;
+  std::uint64_t seed = 8700;
+  for (const int d_qk : {512, 576}) {
+    for (const int h_q : {64, 128}) {
+      const Problem p = make_problem({d_qk, h_q, 700, 192, 23}, {.sink = true, .topk_length = true, .extra_invalid = 0.05},
+                                     ++seed);
+      const std::int64_t q_row = std::int64_t{h_q} * d_qk;
+      const std::int64_t out_row = std::int64_t{h_q} * k::kSparseMlaDv;
+      for (const auto& [q_extra, out_extra] : {std::pair<std::int64_t, std::int64_t>{72, 8}, {1024, 576}}) {
+        const std::int64_t q_stride = q_row + q_extra;
+        const std::int64_t out_stride = out_row + out_extra;
+        std::vector<std::uint16_t> q_host(static_cast<std::size_t>(p.s_q * q_stride), 0xFFFF);
+        for (int t = 0; t < p.s_q; ++t)
+          std::copy_n(p.q.begin() + static_cast<std::ptrdiff_t>(t * q_row), q_row,
+                      q_host.begin() + static_cast<std::ptrdiff_t>(t * q_stride));
+        DeviceArray<std::uint16_t> q_padded{std::span<const std::uint16_t>(q_host)};
+        DeviceArray<std::uint16_t> out_padded(static_cast<std::size_t>(p.s_q * out_stride));
+        for (const auto path : kAllKernels) {
+          const int splits = is_split(path) ? 3 : 0;
+          DeviceProblem contiguous(p, path, splits);
+          const Outputs want = run_mode(contiguous, Mode::eager, stream.get());
+          DeviceProblem strided(p, path, splits);
+          strided.args.q = reinterpret_cast<const __nv_bfloat16*>(q_padded.data());
+          strided.args.q_token_stride = q_stride;
+          strided.args.out = reinterpret_cast<__nv_bfloat16*>(out_padded.data());
+          strided.args.out_token_stride = out_stride;
+          REQUIRE_NOTHROW(k::SparseMla::can_implement(strided.args));
+          const std::string name = plan_name(k::SparseMla::plan(strided.args));
+          for (const Mode mode : {Mode::eager, Mode::graph}) {
+            out_padded.poison();
+            strided.max_logits.poison();
+            strided.lse.poison();
+            if (mode == Mode::eager) {
+              REQUIRE(strided.launch(stream.get()) == cudaSuccess);
+              SPG_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+            } else {
+              const spg::test::CapturedLaunch graph(stream.get(), [&] { return strided.launch(stream.get()); });
+              graph.replay(stream.get());
+            }
+            const std::vector<std::uint16_t> got = out_padded.download();
+            std::size_t out_off = 0;
+            std::size_t padding_touched = 0;
+            std::size_t first_off = got.size();
+            for (int t = 0; t < p.s_q; ++t) {
+              const std::size_t base = static_cast<std::size_t>(t * out_stride);
+              for (std::int64_t c = 0; c < out_row; ++c) {
+                const bool off = got[base + static_cast<std::size_t>(c)] != want.out[static_cast<std::size_t>(t * out_row + c)];
+                if (off && first_off == got.size()) first_off = static_cast<std::size_t>(t * out_row + c);
+                out_off += off;
+              }
+              for (std::int64_t c = out_row; c < out_stride; ++c) padding_touched += got[base + static_cast<std::size_t>(c)] != 0xFFFF;
+            }
+            const std::vector<float> ml = strided.max_logits.download();
+            const std::vector<float> lse = strided.lse.download();
+            const bool stats_equal = std::memcmp(ml.data(), want.max_logits.data(), ml.size() * 4) == 0 &&
+                                     std::memcmp(lse.data(), want.lse.data(), lse.size() * 4) == 0;
+            INFO(describe(p) << name << " " << mode_name(mode) << ", q stride " << q_stride << ", out stride " << out_stride
+                             << ": " << out_off << " out elements differ from the contiguous run (first at element "
+                             << first_off << "), " << padding_touched << " padding elements written");
+            CHECK(out_off == 0);
+            CHECK(padding_touched == 0);
+            CHECK(stats_equal);
+          }
+        }
+      }
     }
   }
 }
