@@ -1,7 +1,11 @@
-// Device code of the wgmma sparse MLA attention kernel (SparseMlaKernel::wgmma_single_pass and
-// wgmma_split_topk, see sparse_mla.hpp): sm_90a only, one CTA per work item on a 1-D grid of
+// Device code of the wgmma sparse MLA attention kernels (SparseMlaKernel::wgmma_single_pass and
+// wgmma_split_topk, and their TMA-gather forms wgmma_bulk_* and wgmma_multicast_*, see
+// sparse_mla.hpp): sm_90a only, one CTA per work item on a 1-D grid of
 // s_q * (h_q / 64) * num_splits CTAs; an item is (token, 64 heads, top-k slice), and the single
-// pass has one slice. 384 threads = 3 warpgroups with specialized roles.
+// pass has one slice. 384 threads = 3 warpgroups with specialized roles. The three kernels share
+// the consumer code below and differ in the producer (WgmmaGather): cp.async as described next;
+// TMA boxes, one per (kv row, 64-column panel), alone or multicast into both CTAs of a cluster
+// pair (the two head groups of one h_q 128 token), see wgmma_tma_producer.
 //
 //   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, in two halves behind
 //       mbarriers of their own (left half, first kv block's left half, right half, ...: the order
