@@ -30,28 +30,70 @@ struct Row {
   int s_q;
   bool topk_length;
   bool quick;  ///< part of the quick subset
-  double peer_tflops;  ///< the peer kernel on the H200 (docs/benchmarks.md); 0 when not listed
-  double peer_us;
+  /// FlashMLA's time for the row (0 when not listed): its SM90 sparse prefill kernel built from
+  /// public source at 9241ae3 with its own flags, called from C++, measured on an H200 on
+  /// 2026-12-01 in the same device run as spgraph's `bench --tables A` at 3f974c3, sustained
+  /// (25 ms warm-up, >= 100 ms timed), mean of two rounds (docs/benchmarks.md, table A).
+  double flashmla_us;
 };
 
 std::vector<Row> table_a() {
+  // FlashMLA figures of 2026-12-01 (see Row::flashmla_us); they replace the figures of
+  // 2026-11-30, which came from calls through Python.
   std::vector<Row> rows;
   const int v32_kv[] = {8192, 32768, 65536, 131072};
-  const double v32_peer[] = {609, 590, 542, 526};
-  for (int i = 0; i < 4; ++i) rows.push_back({"V32", 576, 128, 2048, v32_kv[i], 4096, false, i == 1, v32_peer[i], 0});
+  const double v32_flashmla[] = {3850, 4023, 4283, 4416};
+  for (int i = 0; i < 4; ++i) rows.push_back({"V32", 576, 128, 2048, v32_kv[i], 4096, false, i == 1, v32_flashmla[i]});
   const int v4_kv[] = {8192, 32768, 65536};
-  const double c1_peer[] = {528, 502, 461};
-  const double c2_peer[] = {622, 597, 563};
-  for (int i = 0; i < 3; ++i) rows.push_back({"V4-C1", 512, 64, 512, v4_kv[i], 4096, false, i == 1, c1_peer[i], 0});
-  for (int i = 0; i < 3; ++i) rows.push_back({"V4-C2", 512, 128, 1024, v4_kv[i], 4096, false, i == 1, c2_peer[i], 0});
-  rows.push_back({"V4-C4A-pro", 512, 128, 1152, 32768, 4096, true, false, 576, 0});
-  rows.push_back({"V4-C128A", 512, 128, 8320, 65536, 4096, true, false, 577, 0});
-  for (const int s_q : {16, 64, 256}) {
-    rows.push_back({"small-h128-k1152", 512, 128, 1152, 8192, s_q, true, s_q != 16, s_q == 64 ? 434.0 : (s_q == 256 ? 519.0 : 0.0),
-                    s_q == 64 ? 45.0 : (s_q == 256 ? 149.0 : 0.0)});
-    rows.push_back({"small-h64-k640", 512, 64, 640, 8192, s_q, true, s_q == 16, s_q == 16 ? 47.0 : 0.0, s_q == 16 ? 28.0 : 0.0});
+  const double c1_flashmla[] = {564, 584, 625};
+  const double c2_flashmla[] = {1963, 2017, 2132};
+  for (int i = 0; i < 3; ++i) rows.push_back({"V4-C1", 512, 64, 512, v4_kv[i], 4096, false, i == 1, c1_flashmla[i]});
+  for (int i = 0; i < 3; ++i) rows.push_back({"V4-C2", 512, 128, 1024, v4_kv[i], 4096, false, i == 1, c2_flashmla[i]});
+  rows.push_back({"V4-C4A-pro", 512, 128, 1152, 32768, 4096, true, false, 2254});
+  rows.push_back({"V4-C128A", 512, 128, 8320, 65536, 4096, true, false, 15430});
+  const double h128_flashmla[] = {33.6, 35.9, 145.7};
+  const double h64_flashmla[] = {20.5, 21.8, 45.1};
+  const int small_sq[] = {16, 64, 256};
+  for (int i = 0; i < 3; ++i) {
+    rows.push_back({"small-h128-k1152", 512, 128, 1152, 8192, small_sq[i], true, small_sq[i] != 16, h128_flashmla[i]});
+    rows.push_back({"small-h64-k640", 512, 64, 640, 8192, small_sq[i], true, small_sq[i] == 16, h64_flashmla[i]});
   }
   return rows;
+}
+
+/// A path by its name in SparseMlaPath ("automatic", "single_pass", "split_topk_bulk", ...).
+struct NamedPath {
+  const char* name;
+  kernels::SparseMlaPath path;
+  const char* variant;  ///< the record's variant
+};
+constexpr NamedPath kPaths[] = {
+    {"automatic", kernels::SparseMlaPath::automatic, "spgraph"},
+    {"single_pass", kernels::SparseMlaPath::single_pass, "spgraph-single-pass"},
+    {"split_topk", kernels::SparseMlaPath::split_topk, "spgraph-split-topk"},
+    {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
+    {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
+    {"single_pass_bulk", kernels::SparseMlaPath::single_pass_bulk, "spgraph-single-pass-bulk"},
+    {"split_topk_bulk", kernels::SparseMlaPath::split_topk_bulk, "spgraph-split-topk-bulk"},
+    {"single_pass_multicast", kernels::SparseMlaPath::single_pass_multicast, "spgraph-single-pass-multicast"},
+    {"split_topk_multicast", kernels::SparseMlaPath::split_topk_multicast, "spgraph-split-topk-multicast"},
+};
+
+bool is_split_path(kernels::SparseMlaPath p) {
+  return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma ||
+         p == kernels::SparseMlaPath::split_topk_bulk || p == kernels::SparseMlaPath::split_topk_multicast;
+}
+
+/// Splits "a,b,c" into its non-empty parts.
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> parts;
+  std::size_t from = 0;
+  while (from <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', from), list.size());
+    if (comma > from) parts.push_back(list.substr(from, comma - from));
+    from = comma + 1;
+  }
+  return parts;
 }
 
 std::uint16_t to_bf16(float f) {
@@ -99,13 +141,31 @@ void fill_bf16(void* dst, std::size_t count, const std::vector<std::uint16_t>& b
 // and the long rows run slower under sustained load than in short bursts (docs/benchmarks.md).
 constexpr double kWarmupMs = 25.0;
 constexpr double kMinTimedMs = 100.0;
+/// With several rounds or an explicit path list, the row's first variant runs this long, untimed,
+/// before the first round: the host-side input set-up leaves the GPU idle for about a second, and
+/// the variant timed first after that measured faster than the same kernel timed later.
+constexpr double kRowWarmupMs = 200.0;
 
-void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick, const std::string& only, bool burst) {
+void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const AttentionOptions& opt) {
+  const bool burst = opt.burst;
   const double warmup_ms = burst ? 0.0 : kWarmupMs;
   const double min_timed_ms = burst ? 0.0 : kMinTimedMs;
   const char* timing = burst ? "burst" : "sustained";
+  const int rounds = std::max(1, opt.rounds);
   reporter.add({"attention", "timing", timing, "warmup_ms", warmup_ms});
   reporter.add({"attention", "timing", timing, "min_timed_ms", min_timed_ms});
+  reporter.add({"attention", "timing", timing, "rounds", static_cast<double>(rounds)});
+  std::vector<const NamedPath*> listed;
+  for (const std::string& name : split_list(opt.paths)) {
+    const NamedPath* found = nullptr;
+    for (const NamedPath& np : kPaths)
+      if (name == np.name) found = &np;
+    if (found == nullptr) throw Error("bench: --paths: '" + name + "' is not a SparseMlaPath name (automatic, single_pass, "
+                                      "split_topk, single_pass_mma, split_topk_mma, single_pass_bulk, split_topk_bulk, "
+                                      "single_pass_multicast, split_topk_multicast)");
+    listed.push_back(found);
+  }
+  const std::vector<std::string> row_filters = split_list(opt.rows);
   std::vector<std::uint16_t> block(std::size_t{1} << 24);
   parallel_for(block.size(), [&](std::size_t b, std::size_t e) {
     for (std::size_t i = b; i < e; ++i) {
@@ -116,13 +176,25 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
     }
   });
 
-  std::printf("%-18s %6s %4s %5s %6s %5s %9s %6s %9s %9s %9s %9s %9s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
-              "kernel", "split", "gpu_us", "TFLOP/s", "peer", "ratio", "peer_us");
+  struct Summary {
+    std::string row;
+    std::string variant;
+    std::string kernel;
+    double us;
+    double tflops;
+    double flashmla_us;
+  };
+  std::vector<Summary> summary;
+  std::printf("%-18s %6s %4s %5s %6s %5s %17s %6s %9s %9s %11s %7s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
+              "kernel", "split", "gpu_us", "TFLOP/s", "FlashMLA_us", "ratio");
   for (const Row& row : table_a()) {
-    if (quick && !row.quick) continue;
+    if (opt.quick && !row.quick) continue;
     const std::string row_name = std::string(row.label) + "/" + std::to_string(row.s_kv) +
                                  (row.s_q != 4096 ? "/sq" + std::to_string(row.s_q) : std::string());
-    if (!only.empty() && row_name.find(only) == std::string::npos) continue;
+    if (!row_filters.empty() && std::none_of(row_filters.begin(), row_filters.end(), [&](const std::string& f) {
+          return row_name.find(f) != std::string::npos;
+        }))
+      continue;
     const std::size_t q_elems = static_cast<std::size_t>(row.s_q) * row.h_q * row.d_qk;
     const std::size_t kv_elems = static_cast<std::size_t>(row.s_kv) * row.d_qk;
     const std::size_t idx_elems = static_cast<std::size_t>(row.s_q) * row.topk;
@@ -164,37 +236,92 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quic
     kernels::SparseMla::can_implement(args);
 
     const double flops = 2.0 * static_cast<double>(idx_elems) * row.h_q * (row.d_qk + 512);
-    const std::string& name = row_name;
     const bool small = row.s_q != 4096;
-    // Every row also times the mma.sync single pass (the wgmma kernel's baseline); small chunks
-    // also time the wgmma single pass and both split top-k kernels, to show what the automatic
-    // choice buys.
-    std::vector<std::pair<kernels::SparseMlaPath, const char*>> variants = {{kernels::SparseMlaPath::automatic, "spgraph"}};
-    if (small) {
-      variants.push_back({kernels::SparseMlaPath::single_pass, "spgraph-single-pass"});
-      variants.push_back({kernels::SparseMlaPath::split_topk, "spgraph-split-topk"});
-      variants.push_back({kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"});
+    // Default: every row also times the mma.sync single pass (the wgmma kernel's baseline); small
+    // chunks also time the wgmma single pass and both split top-k kernels, to show what the
+    // automatic choice buys. With --paths: the listed paths, split ones on the small chunks only
+    // (their fp32 partials at s_q 4096 are gigabytes), each kernel once per row (a multicast path
+    // at h_q 64 runs the TMA kernel its bulk path already timed).
+    std::vector<const NamedPath*> variants;
+    if (listed.empty()) {
+      variants.push_back(&kPaths[0]);
+      if (small) {
+        variants.push_back(&kPaths[1]);
+        variants.push_back(&kPaths[2]);
+        variants.push_back(&kPaths[4]);
+      }
+      variants.push_back(&kPaths[3]);
+    } else {
+      for (const NamedPath* np : listed)
+        if (small || !is_split_path(np->path)) variants.push_back(np);
     }
-    variants.push_back({kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"});
-    for (const auto& [path, variant] : variants) {
-      args.path = path;
-      const kernels::SparseMlaPlan plan = kernels::SparseMla::plan(args);
-      memory::DeviceBuffer workspace(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(args), 256));
-      const double us = median_gpu_us(stream, [&] {
-        SPG_CUDA_TRY(kernels::SparseMla::run(args, workspace.data(), stream));
-      }, TimingOptions{small ? 10 : 3, small ? 50 : 20, warmup_ms, min_timed_ms});
+    struct Timed {
+      const NamedPath* path;
+      kernels::SparseMlaPlan plan;
+      kernels::SparseMlaArgs args;
+      memory::DeviceBuffer workspace;
+      std::vector<double> us;  ///< one median per round
+    };
+    std::vector<Timed> timed;
+    for (const NamedPath* np : variants) {
+      kernels::SparseMlaArgs a = args;
+      a.path = np->path;
+      const kernels::SparseMlaPlan plan = kernels::SparseMla::plan(a);
+      const bool duplicate = std::any_of(timed.begin(), timed.end(), [&](const Timed& t) {
+        return t.plan.kernel == plan.kernel && t.plan.num_splits == plan.num_splits && t.plan.split == plan.split;
+      });
+      if (duplicate && !listed.empty()) continue;
+      timed.push_back({np, plan, a, memory::DeviceBuffer(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(a), 256)), {}});
+    }
+    const TimingOptions timing_opt{small ? 10 : 3, small ? 50 : 20, warmup_ms, min_timed_ms};
+    auto time_one = [&](Timed& t) {
+      return median_gpu_us(stream, [&] { SPG_CUDA_TRY(kernels::SparseMla::run(t.args, t.workspace.data(), stream)); },
+                           timing_opt);
+    };
+    if (!burst && (rounds > 1 || !listed.empty()) && !timed.empty()) {
+      Timed& first = timed.front();
+      median_gpu_us(stream, [&] { SPG_CUDA_TRY(kernels::SparseMla::run(first.args, first.workspace.data(), stream)); },
+                    TimingOptions{1, 1, kRowWarmupMs, 0.0});
+    }
+    // Round r times the variants in turn starting from variant r (mod n), so over the rounds each
+    // variant follows each of the others and none is always first.
+    const std::size_t n = timed.size();
+    for (int r = 0; r < rounds; ++r)
+      for (std::size_t k = 0; k < n; ++k) {
+        Timed& t = timed[(k + static_cast<std::size_t>(r)) % n];
+        t.us.push_back(time_one(t));
+      }
+    for (Timed& t : timed) {
+      const double us = median(t.us);
       const double tflops = flops / (us * 1e-6) / 1e12;
-      reporter.add({"attention", name, variant, "gpu_us", us});
-      reporter.add({"attention", name, variant, "tflops", tflops});
-      reporter.add({"attention", name, variant, "kernel", static_cast<double>(static_cast<int>(plan.kernel))});
+      const char* variant = t.path->variant;
+      reporter.add({"attention", row_name, variant, "gpu_us", us});
+      reporter.add({"attention", row_name, variant, "tflops", tflops});
+      reporter.add({"attention", row_name, variant, "kernel", static_cast<double>(static_cast<int>(t.plan.kernel))});
+      reporter.add({"attention", row_name, variant, "num_splits", static_cast<double>(t.plan.num_splits)});
+      if (rounds > 1)
+        for (int r = 0; r < rounds; ++r)
+          reporter.add({"attention", row_name, variant, "gpu_us_round" + std::to_string(r), t.us[static_cast<std::size_t>(r)]});
       char path_s[16];
-      std::snprintf(path_s, sizeof path_s, plan.split ? "x%d" : "1", plan.num_splits);
-      std::printf("%-18s %6d %4d %5d %6d %5d %9s %6s %9.1f %9.1f %9.0f %9.2f %9.0f  %s\n", row.label, row.d_qk, row.h_q,
-                  row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(plan.kernel), path_s, us, tflops,
-                  row.peer_tflops, row.peer_tflops > 0 ? tflops / row.peer_tflops : 0.0, row.peer_us, variant);
+      std::snprintf(path_s, sizeof path_s, t.plan.split ? "x%d" : "1", t.plan.num_splits);
+      std::printf("%-18s %6d %4d %5d %6d %5d %17s %6s %9.1f %9.1f %11.1f %7.3f  %s\n", row.label, row.d_qk, row.h_q,
+                  row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(t.plan.kernel), path_s, us, tflops,
+                  row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant);
       std::fflush(stdout);
+      summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us});
     }
   }
+  // The short table: one line per (row, variant); ratio = FlashMLA time / spgraph time (above 1:
+  // spgraph faster), against the FlashMLA figures of 2026-12-01 (Row::flashmla_us).
+  std::printf("== attention summary (%s, %d round%s; FlashMLA: 9241ae3, H200, 2026-12-01, sustained)\n", timing, rounds,
+              rounds == 1 ? "" : "s");
+  std::printf("%-28s %-30s %-17s %10s %9s %11s %7s\n", "row", "variant", "kernel", "median_us", "TFLOP/s", "FlashMLA_us",
+              "ratio");
+  for (const Summary& r : summary)
+    std::printf("%-28s %-30s %-17s %10.1f %9.1f %11.1f %7.3f\n", r.row.c_str(), r.variant.c_str(), r.kernel.c_str(), r.us,
+                r.tflops, r.flashmla_us, r.flashmla_us > 0 ? r.flashmla_us / r.us : 0.0);
+  std::printf("== end of attention summary\n");
+  std::fflush(stdout);
 }
 
 }  // namespace spg::bench

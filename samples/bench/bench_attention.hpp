@@ -10,18 +10,37 @@
 
 namespace spg::bench {
 
-/// @brief Times every row of table A (a subset when `quick`) and records, per row, suite
-///        "attention", name "<label>/<s_kv>" (e.g. "V4-C2/32768"), variant "spgraph" (the
-///        automatic path), "spgraph-single-pass-mma" (the mma.sync single pass) and, on small
-///        chunks, "spgraph-single-pass" (wgmma) and "spgraph-split-topk"; metrics "tflops" and
-///        "gpu_us" (medians) and "kernel", the kernels::SparseMlaKernel value of the plan that ran
-///        (0 wgmma single pass, 1 mma.sync single pass, 2 mma.sync split top-k; the table prints
-///        its name). FLOPs = 2 * (valid indices) * h_q * (d_qk + 512); inputs are seeded random
-///        values, indices random valid rows.
-/// @throws CudaError / InvalidArgument from the device or the op.
-/// `only`, when not empty, keeps the rows whose record name (e.g. "V4-C2/32768",
-/// "small-h128-k1152/8192/sq256") contains it.
-void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, bool quick, const std::string& only = "",
-                              bool burst = false);
+/// @brief What run_attention_benchmarks times.
+struct AttentionOptions {
+  bool quick{false};  ///< a subset of the rows, fewer repetitions
+  /// Comma-separated parts of row names (e.g. "V4-C2/32768,sq256"): a row runs when its record
+  /// name contains one of them; empty: every row.
+  std::string rows;
+  /// Time each kernel after 10 (small rows) or 3 warm-up calls and over 50 (20) calls, instead of
+  /// after 25 ms of warm-up and over at least 100 ms.
+  bool burst{false};
+  /// Comma-separated SparseMlaPath names (automatic, single_pass, split_topk, single_pass_mma,
+  /// split_topk_mma, single_pass_bulk, split_topk_bulk, single_pass_multicast,
+  /// split_topk_multicast) to time on every row, split paths on the small chunks only, each kernel
+  /// once per row; empty: the default set (automatic and the mma.sync single pass, and on small
+  /// chunks also single_pass, split_topk and split_topk_mma).
+  std::string paths;
+  /// Timing rounds per row; round r times the row's variants in turn starting from the r-th, and
+  /// each variant's figure is the median of its rounds' medians.
+  int rounds{1};
+};
+
+/// @brief Times the rows of table A and records, per row, suite "attention", name
+///        "<label>/<s_kv>" (e.g. "V4-C2/32768"; small chunks "<label>/<s_kv>/sq<s_q>"), variant
+///        "spgraph" (the automatic path) or "spgraph-<path>" (e.g. "spgraph-single-pass-multicast"),
+///        metrics "gpu_us" and "tflops" (medians), "gpu_us_round<r>" (each round's median, with
+///        several rounds), "kernel" (the kernels::SparseMlaKernel value of the plan that ran; the
+///        table prints its name) and "num_splits" (FlashMLA's figures are constants, printed beside
+///        each row and in the summary, never recorded as this run's measurements). Prints a line per
+///        (row, variant) as it goes and a summary table last, between "== attention summary" and
+///        "== end of attention summary". FLOPs = 2 * (valid indices) * h_q * (d_qk + 512); inputs
+///        are seeded random values, indices random valid rows.
+/// @throws CudaError / InvalidArgument from the device or the op; Error for an unknown path name.
+void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const AttentionOptions& options);
 
 }  // namespace spg::bench

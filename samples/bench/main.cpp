@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
   std::string tables = "ABCD";
   std::string dump;
   std::string rows;
+  std::string paths;
+  int rounds = 1;
   bool quick = false;
   bool burst = false;
   for (int i = 1; i < argc; ++i) {
@@ -78,15 +80,27 @@ int main(int argc, char** argv) {
       dump = argv[++i];
     } else if (a == "--rows" && i + 1 < argc) {
       rows = argv[++i];
+    } else if (a == "--paths" && i + 1 < argc) {
+      paths = argv[++i];
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::atoi(argv[++i]);
+      if (rounds < 1) {
+        std::fprintf(stderr, "bench: --rounds needs a count of at least 1\n");
+        return 2;
+      }
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--burst") {
       burst = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench [--tables ABCD] [--quick] [--rows TEXT] [--burst] [--json FILE]\n"
+      std::printf("usage: bench [--tables ABCD] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--json FILE]\n"
                   "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor) to run; - for none\n"
                   "  --quick    fewer rows and repetitions\n"
-                  "  --rows     table A: only the rows whose name contains TEXT (e.g. V4-C2/32768, sq256)\n"
+                  "  --rows     table A: only the rows whose name contains TEXT, or one of a comma-separated list\n"
+                  "             (e.g. V4-C2/32768, sq256, V32/8192,sq64)\n"
+                  "  --paths    table A: time these SparseMlaPath names on every row (comma-separated, e.g.\n"
+                  "             automatic,single_pass_bulk,single_pass_multicast; split paths on small chunks only)\n"
+                  "  --rounds   table A: time each row's variants N times in rotating order (median of the rounds)\n"
                   "  --burst    table A: time each kernel after 10 (small rows) or 3 warm-up calls only, not after 25 ms\n"
                   "             of warm-up and over at least 100 ms (the long rows measure up to 12%% faster so)\n"
                   "  --json     write every record to FILE\n"
@@ -109,7 +123,15 @@ int main(int argc, char** argv) {
     bench::Reporter rep;
     memory::Stream stream;
     measure_ceilings(rep, stream.get());
-    if (tables.find('A') != std::string::npos) bench::run_attention_benchmarks(rep, stream.get(), quick, rows, burst);
+    if (tables.find('A') != std::string::npos) {
+      bench::AttentionOptions attention;
+      attention.quick = quick;
+      attention.rows = rows;
+      attention.burst = burst;
+      attention.paths = paths;
+      attention.rounds = rounds;
+      bench::run_attention_benchmarks(rep, stream.get(), attention);
+    }
     if (tables.find('B') != std::string::npos) bench::run_pipeline_benchmarks(rep, quick);
     if (tables.find('C') != std::string::npos) bench::run_kernel_benchmarks(rep, stream.get());
     if (tables.find('D') != std::string::npos) {
