@@ -631,8 +631,15 @@ TEST_CASE("kv cache ops refuse bad arguments before anything runs", "[gpu][kv_ca
   bad.requests_bucket = kMaxRequestsBucket + 1;
   CHECK_THROWS_AS(KvGather::can_implement(bad), spg::InvalidArgument);
   bad = g;
-  bad.layout.block_stride += 576;
+  bad.layout.block_stride += 16;  // a stride must be a multiple of 576
   CHECK_THROWS_AS(KvGather::can_implement(bad), spg::InvalidArgument);
+  bad = g;
+  bad.layout.block_stride -= 576;  // and hold the block's rows
+  CHECK_THROWS_AS(KvGather::can_implement(bad), spg::InvalidArgument);
+  KvGatherArgs padded = g;  // an engine's blocks may be padded further
+  padded.layout.block_stride += 576;
+  padded.layout.num_blocks = 1;
+  KvGather::can_implement(padded);
   bad = g;
   bad.part = GatherPart::both;  // no window cache given
   CHECK_THROWS_AS(KvGather::can_implement(bad), spg::InvalidArgument);
