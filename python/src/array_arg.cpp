@@ -25,14 +25,20 @@ nb::dlpack::dtype to_dlpack(Dtype d) {
   return {};
 }
 
+// DLPack device types (dlpack.h's DLDeviceType), spelled out: nanobind's tags differ by version.
+constexpr int kDLCPU = 1;
+constexpr int kDLCUDA = 2;
+constexpr int kDLCUDAHost = 3;
+constexpr int kDLROCM = 10;
+constexpr int kDLCUDAManaged = 13;
+
 std::string device_type_name(int type) {
   switch (type) {
-    case nb::device::cpu::value: return "cpu";
-    case nb::device::cuda::value: return "cuda";
-    case nb::device::cuda_host::value: return "cuda_host";
-    case nb::device::cuda_managed::value: return "cuda_managed";
-    case nb::device::rocm::value: return "rocm";
-    case nb::device::metal::value: return "metal";
+    case kDLCPU: return "cpu";
+    case kDLCUDA: return "cuda";
+    case kDLCUDAHost: return "cuda_host";
+    case kDLCUDAManaged: return "cuda_managed";
+    case kDLROCM: return "rocm";
     default: return "device type " + std::to_string(type);
   }
 }
@@ -54,6 +60,9 @@ std::string join(const List& values) {
 
 std::string dtype_name(nb::dlpack::dtype d) {
   std::string base;
+  // DLPack's float8 codes (newer than some nanobind versions' enum).
+  if (d.code == 10 && d.bits == 8) return "float8_e4m3fn";
+  if (d.code == 12 && d.bits == 8) return "float8_e5m2";
   switch (static_cast<dtype_code>(d.code)) {
     case dtype_code::Int: base = "int"; break;
     case dtype_code::UInt: base = "uint"; break;
@@ -61,8 +70,6 @@ std::string dtype_name(nb::dlpack::dtype d) {
     case dtype_code::Bfloat: base = "bfloat"; break;
     case dtype_code::Complex: base = "complex"; break;
     case dtype_code::Bool: return "bool";
-    case dtype_code::Float8_E4M3FN: return "float8_e4m3fn";
-    case dtype_code::Float8_E5M2: return "float8_e5m2";
     default: base = "dtype code " + std::to_string(d.code) + " of "; break;
   }
   std::string name = base + std::to_string(d.bits);
@@ -88,7 +95,7 @@ std::int64_t ArrayArg::stride(int i) const {
 
 std::string ArrayArg::device_name() const {
   const std::string type = device_type_name(device_type());
-  return device_type() == nb::device::cpu::value ? type : type + ":" + std::to_string(device_id());
+  return device_type() == kDLCPU ? type : type + ":" + std::to_string(device_id());
 }
 
 std::string ArrayArg::shape_str() const {
@@ -162,7 +169,7 @@ const ArrayArg& ArrayArg::expect_same_device(const ArrayArg& other) const {
 }
 
 const ArrayArg& ArrayArg::expect_cuda() const {
-  if (device_type() != nb::device::cuda::value && device_type() != nb::device::cuda_managed::value) {
+  if (device_type() != kDLCUDA && device_type() != kDLCUDAManaged) {
     throw nb::value_error((std::string(name_) + " is on " + device_name() +
                            "; spgraph's ops run on CUDA device memory (cuda or cuda_managed)")
                               .c_str());
@@ -182,6 +189,13 @@ DeviceScope::DeviceScope(int device) {
 DeviceScope::~DeviceScope() {
   if (previous_ >= 0) (void)cudaSetDevice(previous_);
 }
+
+bool is_array(nb::handle h) {
+  return PyCapsule_CheckExact(h.ptr()) || PyObject_HasAttrString(h.ptr(), "__dlpack__") == 1 ||
+         PyObject_CheckBuffer(h.ptr()) == 1;
+}
+
+bool is_host(const ArrayArg& a) { return a.device_type() == kDLCPU; }
 
 int checked_int(const char* name, std::int64_t v, std::int64_t lo, std::int64_t hi) {
   if (v < lo || v > hi) {

@@ -77,6 +77,13 @@ class DeviceScope {
   int previous_{-1};
 };
 
+/// @brief True for what an nb::ndarray<> argument accepts: an object exporting DLPack, a DLPack
+///        capsule or a buffer.
+bool is_array(nb::handle h);
+
+/// @brief True for an array in host memory (DLPack kDLCPU).
+bool is_host(const ArrayArg& a);
+
 /// @brief An int argument given in int32 range.
 /// @throws nb::value_error naming `name` unless `v` fits in [lo, hi].
 int checked_int(const char* name, std::int64_t v, std::int64_t lo, std::int64_t hi);

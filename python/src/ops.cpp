@@ -110,12 +110,12 @@ kernels::CacheLayout cache_layout(const ArrayArg& cache, std::int64_t block_size
 /// kernel, so nothing is read on the host) or a one-element integer CPU array (read here).
 kernels::ScalarArg scalar_arg(const char* name, nb::handle h, const ArrayArg& ref) {
   kernels::ScalarArg s{};
-  if (nb::ndarray_check(h)) {
+  if (is_array(h)) {
     const ArrayArg a(name, nb::cast<nb::ndarray<>>(h));
     if (a.numel() != 1) {
       throw nb::value_error((std::string(name) + ".shape = " + a.shape_str() + " must hold one element").c_str());
     }
-    if (a.device_type() == nb::device::cpu::value) {
+    if (is_host(a)) {
       const nb::dlpack::dtype d = nb::cast<nb::ndarray<>>(h).dtype();
       if (d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) && d.bits == 32) {
         s.value = checked_int(name, *static_cast<const std::int32_t*>(a.data()), 0, kInt32Max);
@@ -191,10 +191,10 @@ void sparse_mla_fwd(nb::ndarray<> q_in, nb::ndarray<> kv_in, nb::ndarray<> indic
     w.expect_dtype(Dtype::uint8).expect_ndim({1}, "[bytes] uint8").expect_contiguous().expect_same_device(q);
   };
   std::optional<ArrayArg> workspace;
-  const bool allocator = !workspace_in.is_none() && !nb::ndarray_check(workspace_in) &&
+  const bool allocator = !workspace_in.is_none() && !is_array(workspace_in) &&
                          PyCallable_Check(workspace_in.ptr()) != 0;
   if (!workspace_in.is_none() && !allocator) {
-    if (!nb::ndarray_check(workspace_in)) {
+    if (!is_array(workspace_in)) {
       throw nb::type_error(("workspace must be a uint8 array, a callable nbytes -> array, or None, not " +
                             std::string(nb::type_name(workspace_in.type()).c_str()))
                                .c_str());
@@ -229,7 +229,7 @@ void sparse_mla_fwd(nb::ndarray<> q_in, nb::ndarray<> kv_in, nb::ndarray<> indic
   nb::object allocated;  // keeps a workspace from the allocator alive until the launch is issued
   if (ws_bytes > 0 && allocator) {
     allocated = nb::borrow(workspace_in)(ws_bytes);
-    if (!nb::ndarray_check(allocated)) {
+    if (!is_array(allocated)) {
       throw nb::type_error("workspace(nbytes) must return a uint8 array");
     }
     workspace.emplace("workspace", nb::cast<nb::ndarray<>>(allocated));
