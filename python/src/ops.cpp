@@ -207,7 +207,8 @@ void sparse_mla_fwd(nb::ndarray<> q_in, nb::ndarray<> kv_in, nb::ndarray<> indic
   kernels::SparseMlaArgs a{};
   a.q = static_cast<const __nv_bfloat16*>(q.data());
   a.kv = static_cast<const __nv_bfloat16*>(kv.data());
-  a.kv_row_stride = kv.stride(0);
+  // A one-row kv may carry any stride in its first dim (DLPack leaves it free); no row follows.
+  a.kv_row_stride = kv.shape(0) > 1 ? kv.stride(0) : (d_qk + 7) / 8 * 8;
   a.s_kv = checked_int("kv.shape[0] (s_kv)", kv.shape(0), 0, kInt32Max);
   a.indices = static_cast<const std::int32_t*>(indices.data());
   a.topk = checked_int("indices.shape[-1] (topk)", indices.shape(-1), 0, kInt32Max);
@@ -322,7 +323,10 @@ void combine_topk_swa_indices(nb::ndarray<> topk_indices_in, nb::ndarray<> query
   a.combined_width = checked_int("combined_indices.shape[1] (width)", combined.shape(1), 0, kInt32Max);
   a.lens = static_cast<std::int32_t*>(lens.data());
   a.status = status;
-  a.topk_row_stride = r > 1 ? checked_int("topk_indices.stride(0)", topk_indices.stride(0), 0, kInt32Max) : 0;
+  if (r > 1) {
+    const std::int64_t stride = tokens > 1 ? topk_indices.stride(0) : topk_indices.shape(-1);
+    a.topk_row_stride = checked_int("topk_indices.stride(0)", stride, 0, kInt32Max);
+  }
   a.n_rows = n_rows;
   a.m_rows = m_rows;
   kernels::CombineIndices::can_implement(a);
