@@ -10,6 +10,10 @@ foreach(dir memory kernels graphs scheduler)
     FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh")
 endforeach()
 install(EXPORT spgraphTargets NAMESPACE spgraph:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/spgraph)
+# The build tree is a package too: find_package(spgraph) with spgraph_DIR=<build dir> links the
+# library built there (the Python extension in python/ builds this way, without a second build of
+# the kernels). Its paths are absolute; to move a build to another machine, install it instead.
+export(EXPORT spgraphTargets NAMESPACE spgraph:: FILE ${PROJECT_BINARY_DIR}/spgraphTargets.cmake)
 configure_package_config_file(cmake/spgraphConfig.cmake.in
   ${PROJECT_BINARY_DIR}/spgraphConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/spgraph)

@@ -74,8 +74,11 @@ static_assert(sizeof(StepStatus) == 40, "StepStatus is read by the host as raw b
 
 #if defined(__CUDACC__)
 /// Counts `n` faults of one kind and offers (request, position, value) as the step's first record.
+/// A null `status` counts nothing (a standalone op called without a status block): the fault is
+/// still handled as the op's rules say, only not reported.
 __device__ inline void record_fault(StepStatus* status, Fault kind, std::uint32_t n, int request, int position,
                                     int value) {
+  if (status == nullptr) return;
   atomicAdd(&status->counts[static_cast<int>(kind)], n);
   if (atomicCAS(&status->recorded, 0U, 1U) == 0U) {
     status->first = FaultRecord{static_cast<std::int32_t>(kind), request, position, value};

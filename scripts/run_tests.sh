@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every spgraph test. Without a CUDA device the GPU tests report "skipped".
+# Sets up, builds and runs every spgraph test: CTest (C++), then the Python package's pytest suite
+# against the library CTest just built. Without a CUDA device (or torch) the tests that need one
+# report "skipped".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --python
 export PATH="/usr/local/cuda/bin:$PATH"
 cmake --workflow --preset test
+scripts/python_tests.sh build/release build/python

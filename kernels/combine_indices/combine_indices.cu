@@ -1,7 +1,10 @@
 // Host side of stage 3: argument checks and the launch (see combine_indices.hpp).
 #include "kernels/combine_indices/combine_indices.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <utility>
 
 #include "kernels/combine_indices/combine_indices_kernel.cuh"
 #include "memory/error.hpp"
@@ -21,7 +24,10 @@ void CombineIndices::can_implement(const CombineIndicesArgs& a) {
     SPG_EXPECTS(a.top_k >= 1 && a.top_k <= 65536,
                 "top_k = " << a.top_k << " must be in [1, 65536] when compress_ratio = " << r);
     SPG_EXPECTS(a.topk_indices != nullptr, "topk_indices is null (compress_ratio = " << r << ")");
-    const std::size_t align = a.top_k % 4 == 0 ? 16 : 4;
+    SPG_EXPECTS(a.topk_row_stride == 0 || a.topk_row_stride >= a.top_k,
+                "topk_row_stride = " << a.topk_row_stride << " must be 0 (rows packed) or at least top_k = " << a.top_k);
+    const int stride = a.topk_row_stride == 0 ? a.top_k : a.topk_row_stride;
+    const std::size_t align = a.top_k % 4 == 0 && stride % 4 == 0 ? 16 : 4;
     SPG_EXPECTS(aligned(a.topk_indices, align), "topk_indices = " << static_cast<const void*>(a.topk_indices)
                                                                   << " must be " << align << "-byte aligned");
   }
@@ -33,14 +39,33 @@ void CombineIndices::can_implement(const CombineIndicesArgs& a) {
               "tokens_bucket = " << a.tokens_bucket << " must be in [1, 2^24]");
   SPG_EXPECTS(a.requests_bucket >= 1 && a.requests_bucket <= detail::kCombineMaxRequests,
               "requests_bucket = " << a.requests_bucket << " must be in [1, " << detail::kCombineMaxRequests << "]");
-  SPG_EXPECTS(a.chunk.scalars != nullptr, "chunk.scalars is null");
+  if (a.chunk.scalars == nullptr) {
+    // A standalone call: N and M as its own arguments.
+    for (const auto& [arg, name] : {std::pair{a.n_rows, "N"}, std::pair{a.m_rows, "M"}}) {
+      SPG_EXPECTS(arg.device == nullptr || aligned(arg.device, 4),
+                  name << " = " << static_cast<const void*>(arg.device) << " (device scalar) must be 4-byte aligned");
+    }
+    if (a.n_rows.device == nullptr) {
+      SPG_EXPECTS(a.n_rows.value >= 0, "N = " << a.n_rows.value << " must be at least 0");
+    }
+    if (a.m_rows.device == nullptr) {
+      SPG_EXPECTS(a.m_rows.value >= 0 && a.requests_bucket >= 1 &&
+                      a.m_rows.value <= std::numeric_limits<std::int32_t>::max() / a.requests_bucket,
+                  "M = " << a.m_rows.value << " must be in [0, (2^31 - 1) / requests = "
+                         << std::numeric_limits<std::int32_t>::max() / std::max(a.requests_bucket, 1)
+                         << "] (combined indices are int32)");
+      if (a.n_rows.device == nullptr) {
+        SPG_EXPECTS(a.n_rows.value <= a.m_rows.value,
+                    "N = " << a.n_rows.value << " must be at most M = " << a.m_rows.value);
+      }
+    }
+  }
   SPG_EXPECTS(a.chunk.query_start_loc != nullptr, "chunk.query_start_loc is null");
   SPG_EXPECTS(a.chunk.seq_lens != nullptr, "chunk.seq_lens is null");
   SPG_EXPECTS(a.chunk.gather_lens != nullptr, "chunk.gather_lens is null");
   SPG_EXPECTS(a.combined != nullptr, "combined is null");
   SPG_EXPECTS(aligned(a.combined, 16), "combined = " << static_cast<const void*>(a.combined) << " must be 16-byte aligned");
   SPG_EXPECTS(a.lens != nullptr, "lens is null");
-  SPG_EXPECTS(a.status != nullptr, "status is null");
 }
 
 std::size_t CombineIndices::workspace_bytes(const CombineIndicesArgs& /*args*/) noexcept { return 0; }
@@ -56,7 +81,10 @@ cudaError_t CombineIndices::run(const CombineIndicesArgs& a, void* /*workspace*/
                                 a.combined,
                                 a.combined_width,
                                 a.lens,
-                                a.status};
+                                a.status,
+                                a.topk_row_stride == 0 ? a.top_k : a.topk_row_stride,
+                                a.n_rows,
+                                a.m_rows};
   const int grid = (a.tokens_bucket + detail::kCombineWarps - 1) / detail::kCombineWarps;
   detail::combine_indices_kernel<<<grid, detail::kCombineThreads, 0, stream>>>(p);
   return cudaGetLastError();

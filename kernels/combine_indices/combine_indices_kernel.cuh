@@ -33,6 +33,9 @@ struct CombineParams {
   int combined_width;
   std::int32_t* lens;
   StepStatus* status;
+  int topk_stride;  // elements between two tokens' top-k rows
+  ScalarArg n_rows;  // standalone calls (chunk.scalars null)
+  ScalarArg m_rows;
 };
 
 /// Per-lane tally of bad top-k entries; the warp reports them with one atomic.
@@ -61,8 +64,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_indices_kernel(Combin
   // Everything below is in bounds whatever the step's values (arrays are sized by the buckets), so
   // it is loaded at once, before the scalars are known: the metadata, and the token's first
   // kCombineVectors top-k vectors.
-  const bool vector_path = p.topk != nullptr && p.top_k % 4 == 0;
-  const std::int32_t* __restrict__ in = p.topk != nullptr ? p.topk + static_cast<std::int64_t>(t) * p.top_k : nullptr;
+  const bool vector_path = p.topk != nullptr && p.top_k % 4 == 0 && p.topk_stride % 4 == 0;
+  const std::int32_t* __restrict__ in =
+      p.topk != nullptr ? p.topk + static_cast<std::int64_t>(t) * p.topk_stride : nullptr;
   int4 first_vectors[kCombineVectors];
 #pragma unroll
   for (int k = 0; k < kCombineVectors; ++k) {
@@ -78,13 +82,26 @@ __global__ void __launch_bounds__(kCombineThreads) combine_indices_kernel(Combin
     seq = __ldg(p.chunk.seq_lens + tid);
     gather = __ldg(p.chunk.gather_lens + tid);
   }
-  const ChunkScalars sc = *p.chunk.scalars;
+  // A standalone call (CombineIndicesArgs) has every request of the bucket, N and M as arguments,
+  // query_start_loc relative to its first entry, and as many tokens as query_start_loc spans.
+  const bool standalone = p.chunk.scalars == nullptr;
+  ChunkScalars sc{};
+  unsigned qsl_base = 0;
+  if (standalone) {
+    sc.num_requests = p.requests_bucket;
+    sc.n_rows = p.n_rows.device != nullptr ? __ldg(p.n_rows.device) : p.n_rows.value;
+    sc.m_rows = p.m_rows.device != nullptr ? __ldg(p.m_rows.device) : p.m_rows.value;
+    qsl_base = static_cast<unsigned>(__ldg(p.chunk.query_start_loc));
+  } else {
+    sc = *p.chunk.scalars;
+  }
+  if (tid <= p.requests_bucket) s_qsl[tid] = static_cast<int>(static_cast<unsigned>(qsl) - qsl_base);
+  __syncthreads();
+  if (standalone) sc.num_tokens = s_qsl[p.requests_bucket];
   bool chunk_ok = sc.num_requests >= 0 && sc.num_requests <= p.requests_bucket && sc.num_tokens >= 0 &&
                   sc.num_tokens <= p.tokens_bucket && sc.n_rows >= 0 && sc.n_rows <= sc.m_rows &&
                   sc.m_rows <= std::numeric_limits<std::int32_t>::max() / p.requests_bucket;
   const int nr = chunk_ok ? sc.num_requests : 0;
-  if (tid <= p.requests_bucket) s_qsl[tid] = qsl;
-  __syncthreads();
   // query_start_loc must rise from 0 to num_tokens: every thread checks one step.
   bool step_ok = true;
   if (chunk_ok) {

@@ -36,7 +36,7 @@ void check_cache(const std::uint8_t* cache, const char* name) {
 }
 
 void check_chunk(const ChunkArrays& c, bool needs_gather_lens) {
-  SPG_EXPECTS(c.scalars != nullptr, "chunk.scalars is null");
+  // chunk.scalars may be null: a standalone call (KvGatherArgs).
   SPG_EXPECTS(c.seq_lens != nullptr, "chunk.seq_lens is null");
   SPG_EXPECTS(!needs_gather_lens || c.gather_lens != nullptr, "chunk.gather_lens is null");
 }
@@ -64,12 +64,10 @@ void KvInsert::can_implement(const KvInsertArgs& a) {
   SPG_EXPECTS(a.rows != nullptr, "rows is null");
   SPG_EXPECTS(aligned(a.rows, 16), "rows = " << static_cast<const void*>(a.rows) << " must be 16-byte aligned");
   SPG_EXPECTS(a.slot_mapping != nullptr, "slot_mapping is null");
-  SPG_EXPECTS(a.num_rows != nullptr, "num_rows is null");
   SPG_EXPECTS(a.rows_bucket >= 1 && a.rows_bucket <= (1 << 24),
               "rows_bucket = " << a.rows_bucket << " must be in [1, 2^24]");
   check_layout(a.layout, "layout");
   check_cache(a.cache, "cache");
-  SPG_EXPECTS(a.status != nullptr, "status is null");
   if (a.derive != nullptr) {
     SPG_EXPECTS(a.block_table != nullptr, "block_table is null (derive is set)");
     SPG_EXPECTS(a.block_table_stride >= 1, "block_table_stride = " << a.block_table_stride << " must be at least 1");
@@ -133,7 +131,11 @@ void KvGather::can_implement(const KvGatherArgs& a) {
   check_chunk(a.chunk, a.part != GatherPart::compressed);
   SPG_EXPECTS(a.kv != nullptr, "kv is null");
   SPG_EXPECTS(aligned(a.kv, 16), "kv = " << static_cast<const void*>(a.kv) << " must be 16-byte aligned");
-  SPG_EXPECTS(a.status != nullptr, "status is null");
+  if (a.chunk.scalars == nullptr) {
+    SPG_EXPECTS(a.window_offset >= 0 && a.window_offset <= a.max_rows_per_request,
+                "window_offset = " << a.window_offset << " must be in [0, max_rows_per_request = "
+                                   << a.max_rows_per_request << "]");
+  }
 }
 
 std::size_t KvGather::workspace_bytes(const KvGatherArgs& /*args*/) noexcept { return 0; }
@@ -153,6 +155,7 @@ cudaError_t KvGather::run(const KvGatherArgs& a, void* /*workspace*/, cudaStream
   p.with_window = a.part != GatherPart::compressed;
   p.kv = a.kv;
   p.status = a.status;
+  p.window_offset = a.window_offset;
 
   DeviceInfo info;
   cudaError_t status = current_device_info(info);

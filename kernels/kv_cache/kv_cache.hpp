@@ -86,11 +86,12 @@ struct CacheLayout {
 struct KvInsertArgs {
   const __nv_bfloat16* rows{nullptr};
   const std::int32_t* slot_mapping{nullptr};  ///< [rows_bucket]
-  const std::int32_t* num_rows{nullptr};      ///< device scalar: real rows this step
+  /// Device scalar: real rows this step. Null: every row of the bucket (a standalone call).
+  const std::int32_t* num_rows{nullptr};
   int rows_bucket{0};                         ///< static bound: the grid covers this many rows
   std::uint8_t* cache{nullptr};
   CacheLayout layout{};
-  StepStatus* status{nullptr};
+  StepStatus* status{nullptr};                ///< null: faults are handled but not counted
   // Derived slots: all null (and requests_bucket 0) when the op always reads slot_mapping.
   const std::int32_t* derive{nullptr};        ///< device scalar flag
   int compress_ratio{1};                      ///< r of the cache: 1, 4 or 128
@@ -103,8 +104,8 @@ struct KvInsertArgs {
 };
 
 struct KvInsert {
-  /// @throws InvalidArgument naming the first argument out of bounds (null or misaligned pointer,
-  ///         rows_bucket <= 0, bad layout; with `derive`: a null block table, query_start_loc,
+  /// @throws InvalidArgument naming the first argument out of bounds (null or misaligned rows,
+  ///         slot_mapping or cache, rows_bucket <= 0, bad layout; with `derive`: a null block table, query_start_loc,
   ///         seq_lens or num_requests, block_table_stride < 1, requests_bucket outside
   ///         [1, kMaxRequestsBucket], compress_ratio not 1, 4 or 128).
   static void can_implement(const KvInsertArgs& args);
@@ -130,6 +131,9 @@ enum class GatherPart {
 /// its block table, N or M is skipped (Fault::seq_len); scalars out of their bounds
 /// (num_requests > requests_bucket, N > M, M > max_rows_per_request) skip the launch
 /// (Fault::scalars). For the large workload prefer GatherPart::both: one launch instead of two.
+///
+/// Standalone calls (the drop-in op of the Python package) leave `chunk.scalars` null: then
+/// num_requests = requests_bucket, M = max_rows_per_request and N = `window_offset`.
 struct KvGatherArgs {
   const std::uint8_t* cache{nullptr};       ///< the part's cache (compressed cache for `both`)
   CacheLayout layout{};
@@ -141,7 +145,9 @@ struct KvGatherArgs {
   int requests_bucket{0};                   ///< static bound on num_requests
   std::int64_t max_rows_per_request{0};     ///< static bound M_max on M: kv holds requests_bucket * M_max rows
   __nv_bfloat16* kv{nullptr};
-  StepStatus* status{nullptr};
+  StepStatus* status{nullptr};              ///< null: faults are handled but not counted
+  /// Standalone calls only (chunk.scalars null): N, the first kv row of each request's window part.
+  int window_offset{0};
   // GatherPart::both only: the SWA cache read by stage 2 in the same launch.
   const std::uint8_t* window_cache{nullptr};
   CacheLayout window_layout{};
@@ -159,7 +165,8 @@ struct KvGather {
   /// @throws InvalidArgument naming the first argument out of bounds (r not in {1, 4, 128}, a
   ///         compressed part with r = 1, null or misaligned pointers, requests_bucket outside
   ///         [1, kMaxRequestsBucket], max_rows_per_request outside [1, 2^31 / requests_bucket),
-  ///         a block table stride < 1, a bad layout).
+  ///         a block table stride < 1, a bad layout; in a standalone call, window_offset outside
+  ///         [0, max_rows_per_request]).
   static void can_implement(const KvGatherArgs& args);
   static std::size_t workspace_bytes(const KvGatherArgs& args) noexcept;
   /// Launches the kernel (a persistent grid sized from the SM count and the static bounds);

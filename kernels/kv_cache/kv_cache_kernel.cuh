@@ -72,6 +72,7 @@ struct GatherParams {
   bool with_window;
   __nv_bfloat16* kv;
   StepStatus* status;
+  int window_offset;  // N of a standalone call (chunk.scalars null)
 };
 
 /// Programmatic dependent launch (no-ops for a kernel launched without it): let the stream's next
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(kInsertThreads) kv_insert_kernel(InsertParams 
   const uint4* src = reinterpret_cast<const uint4*>(p.rows + std::int64_t{row} * kKvDim) + 2 * lane;
   const uint4 v0 = __ldg(src);
   const uint4 v1 = __ldg(src + 1);
-  const int n = __ldg(p.num_rows);
+  const int n = p.num_rows != nullptr ? __ldg(p.num_rows) : p.rows_bucket;
   int slot = derive ? -1 : __ldg(p.slot_mapping + row);
   const bool requests_ok = !derive || (num_requests >= 0 && num_requests <= p.requests_bucket);
   if (n < 0 || n > p.rows_bucket || !requests_ok) {
@@ -305,7 +306,11 @@ __global__ void __launch_bounds__(kGatherThreads, kGatherCtasPerSm) kv_gather_ke
     seq = __ldg(p.chunk.seq_lens + tid);
     if (p.with_window) gather = __ldg(p.chunk.gather_lens + tid);
   }
-  const ChunkScalars sc = *p.chunk.scalars;
+  // A standalone call (KvGatherArgs) has every request of the bucket, M = M_max and N as arguments.
+  const ChunkScalars sc = p.chunk.scalars != nullptr
+                              ? *p.chunk.scalars
+                              : ChunkScalars{p.requests_bucket, 0, p.window_offset, static_cast<std::int32_t>(p.max_rows),
+                                             0, 0, {0, 0}};
   const bool scalars_ok = sc.num_requests >= 0 && sc.num_requests <= p.requests_bucket && sc.n_rows >= 0 &&
                           sc.n_rows <= sc.m_rows && std::int64_t{sc.m_rows} <= p.max_rows;
   if (!scalars_ok) {

@@ -1,0 +1,209 @@
+// ArrayArg and DeviceScope: see array_arg.hpp.
+#include "array_arg.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "memory/error.hpp"
+
+namespace spg::python {
+
+namespace {
+
+using nb::dlpack::dtype_code;
+
+nb::dlpack::dtype to_dlpack(Dtype d) {
+  switch (d) {
+    case Dtype::bfloat16: return {static_cast<std::uint8_t>(dtype_code::Bfloat), 16, 1};
+    case Dtype::float32: return {static_cast<std::uint8_t>(dtype_code::Float), 32, 1};
+    case Dtype::int32: return {static_cast<std::uint8_t>(dtype_code::Int), 32, 1};
+    case Dtype::uint8: return {static_cast<std::uint8_t>(dtype_code::UInt), 8, 1};
+  }
+  return {};
+}
+
+// DLPack device types (dlpack.h's DLDeviceType), spelled out: nanobind's tags differ by version.
+constexpr int kDLCPU = 1;
+constexpr int kDLCUDA = 2;
+constexpr int kDLCUDAHost = 3;
+constexpr int kDLROCM = 10;
+constexpr int kDLCUDAManaged = 13;
+
+std::string device_type_name(int type) {
+  switch (type) {
+    case kDLCPU: return "cpu";
+    case kDLCUDA: return "cuda";
+    case kDLCUDAHost: return "cuda_host";
+    case kDLCUDAManaged: return "cuda_managed";
+    case kDLROCM: return "rocm";
+    default: return "device type " + std::to_string(type);
+  }
+}
+
+template <class List>
+std::string join(const List& values) {
+  std::ostringstream os;
+  os << '[';
+  bool first = true;
+  for (auto v : values) {
+    os << (first ? "" : ", ") << v;
+    first = false;
+  }
+  os << ']';
+  return os.str();
+}
+
+}  // namespace
+
+std::string dtype_name(nb::dlpack::dtype d) {
+  std::string base;
+  // DLPack's float8 codes (newer than some nanobind versions' enum).
+  if (d.code == 10 && d.bits == 8) return "float8_e4m3fn";
+  if (d.code == 12 && d.bits == 8) return "float8_e5m2";
+  switch (static_cast<dtype_code>(d.code)) {
+    case dtype_code::Int: base = "int"; break;
+    case dtype_code::UInt: base = "uint"; break;
+    case dtype_code::Float: base = "float"; break;
+    case dtype_code::Bfloat: base = "bfloat"; break;
+    case dtype_code::Complex: base = "complex"; break;
+    case dtype_code::Bool: return "bool";
+    default: base = "dtype code " + std::to_string(d.code) + " of "; break;
+  }
+  std::string name = base + std::to_string(d.bits);
+  if (d.lanes != 1) name += "x" + std::to_string(d.lanes);
+  return name;
+}
+
+ArrayArg::ArrayArg(const char* name, nb::ndarray<> array) : name_(name), array_(std::move(array)) {}
+
+std::int64_t ArrayArg::shape(int i) const {
+  const int n = ndim();
+  return static_cast<std::int64_t>(array_.shape(static_cast<std::size_t>(i < 0 ? n + i : i)));
+}
+
+std::int64_t ArrayArg::stride(int i) const {
+  const int n = ndim();
+  const int k = i < 0 ? n + i : i;
+  if (array_.stride_ptr() != nullptr) return array_.stride(static_cast<std::size_t>(k));
+  std::int64_t s = 1;  // no strides in the descriptor: compact row-major
+  for (int d = k + 1; d < n; ++d) s *= shape(d);
+  return s;
+}
+
+std::string ArrayArg::device_name() const {
+  const std::string type = device_type_name(device_type());
+  return device_type() == kDLCPU ? type : type + ":" + std::to_string(device_id());
+}
+
+std::string ArrayArg::shape_str() const {
+  std::vector<std::int64_t> v;
+  for (int i = 0; i < ndim(); ++i) v.push_back(shape(i));
+  return join(v);
+}
+
+std::string ArrayArg::strides_str() const {
+  std::vector<std::int64_t> v;
+  for (int i = 0; i < ndim(); ++i) v.push_back(stride(i));
+  return join(v);
+}
+
+const ArrayArg& ArrayArg::expect_dtype(Dtype want) const {
+  const nb::dlpack::dtype w = to_dlpack(want);
+  if (array_.dtype() != w) {
+    throw nb::type_error((std::string(name_) + ".dtype = " + dtype_name(array_.dtype()) + " must be " + dtype_name(w))
+                             .c_str());
+  }
+  return *this;
+}
+
+const ArrayArg& ArrayArg::expect_ndim(std::initializer_list<int> allowed, const char* form) const {
+  for (int n : allowed) {
+    if (ndim() == n) return *this;
+  }
+  throw nb::value_error((std::string(name_) + ".shape = " + shape_str() + " must be " + form).c_str());
+}
+
+const ArrayArg& ArrayArg::expect_dim(int i, std::int64_t want, const std::string& what) const {
+  if (shape(i) != want) {
+    std::ostringstream os;
+    os << name_ << ".shape[" << (i < 0 ? ndim() + i : i) << "] = " << shape(i) << " must be " << want << " ("
+       << what << "); " << name_ << ".shape = " << shape_str();
+    throw nb::value_error(os.str().c_str());
+  }
+  return *this;
+}
+
+const ArrayArg& ArrayArg::expect_contiguous() const {
+  if (numel() == 0) return *this;
+  std::int64_t want = 1;
+  for (int i = ndim() - 1; i >= 0; --i) {
+    if (shape(i) != 1 && stride(i) != want) {
+      throw nb::value_error((std::string(name_) + " must be contiguous: shape " + shape_str() + " has strides " +
+                             strides_str() + " (elements); pass a contiguous tensor (e.g. .contiguous())")
+                                .c_str());
+    }
+    want *= shape(i);
+  }
+  return *this;
+}
+
+const ArrayArg& ArrayArg::expect_unit_last_stride() const {
+  if (ndim() > 0 && shape(-1) != 1 && stride(-1) != 1) {
+    throw nb::value_error((std::string(name_) + ".stride(-1) = " + std::to_string(stride(-1)) +
+                           " must be 1 (its rows must be contiguous); strides " + strides_str())
+                              .c_str());
+  }
+  return *this;
+}
+
+const ArrayArg& ArrayArg::expect_same_device(const ArrayArg& other) const {
+  if (device_type() != other.device_type() || device_id() != other.device_id()) {
+    throw nb::value_error((std::string(name_) + " is on " + device_name() + " but " + other.name() + " is on " +
+                           other.device_name() + "; every tensor of one call must be on the same device")
+                              .c_str());
+  }
+  return *this;
+}
+
+const ArrayArg& ArrayArg::expect_cuda() const {
+  if (device_type() != kDLCUDA && device_type() != kDLCUDAManaged) {
+    throw nb::value_error((std::string(name_) + " is on " + device_name() +
+                           "; spgraph's ops run on CUDA device memory (cuda or cuda_managed)")
+                              .c_str());
+  }
+  return *this;
+}
+
+DeviceScope::DeviceScope(int device) {
+  SPG_CUDA_TRY(cudaGetDevice(&previous_));
+  if (previous_ == device) {
+    previous_ = -1;
+    return;
+  }
+  SPG_CUDA_TRY(cudaSetDevice(device));
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+bool is_array(nb::handle h) {
+  return PyCapsule_CheckExact(h.ptr()) || PyObject_HasAttrString(h.ptr(), "__dlpack__") == 1 ||
+         PyObject_CheckBuffer(h.ptr()) == 1;
+}
+
+bool is_host(const ArrayArg& a) { return a.device_type() == kDLCPU; }
+
+int checked_int(const char* name, std::int64_t v, std::int64_t lo, std::int64_t hi) {
+  if (v < lo || v > hi) {
+    std::ostringstream os;
+    os << name << " = " << v << " must be in [" << lo << ", " << hi << "]";
+    throw nb::value_error(os.str().c_str());
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace spg::python

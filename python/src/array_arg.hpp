@@ -1,0 +1,91 @@
+// Checked access to one DLPack array argument of a Python call: its name (for messages), dtype,
+// shape, strides (in elements), device and data pointer, without copying anything.
+//
+// Every check raises with a message in the project's rule (argument, value, bound; see
+// docs/errors.md): a wrong dtype is a TypeError, everything else a ValueError. The checks read
+// only the DLPack descriptor, never the data, so they run the same on any device and in CPU-only
+// test runs.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+namespace spg::python {
+
+namespace nb = nanobind;
+
+/// The element types the ops take.
+enum class Dtype { bfloat16, float32, int32, uint8 };
+
+/// @brief Name of a DLPack dtype as the frameworks print it ("bfloat16", "int64", ...).
+std::string dtype_name(nb::dlpack::dtype d);
+
+/// @brief One array argument. Holds a reference to the DLPack tensor for the duration of the call.
+class ArrayArg {
+ public:
+  ArrayArg(const char* name, nb::ndarray<> array);
+
+  [[nodiscard]] const char* name() const noexcept { return name_; }
+  [[nodiscard]] int ndim() const noexcept { return static_cast<int>(array_.ndim()); }
+  /// Extent of dimension `i`; negative `i` counts from the end.
+  [[nodiscard]] std::int64_t shape(int i) const;
+  /// Stride of dimension `i` in elements; negative `i` counts from the end.
+  [[nodiscard]] std::int64_t stride(int i) const;
+  [[nodiscard]] std::int64_t numel() const noexcept { return static_cast<std::int64_t>(array_.size()); }
+  [[nodiscard]] std::int64_t nbytes() const noexcept { return static_cast<std::int64_t>(array_.nbytes()); }
+  [[nodiscard]] void* data() const noexcept { return array_.data(); }
+  [[nodiscard]] int device_type() const noexcept { return array_.device_type(); }
+  [[nodiscard]] int device_id() const noexcept { return array_.device_id(); }
+  /// "cuda:0", "cpu", ...
+  [[nodiscard]] std::string device_name() const;
+  [[nodiscard]] std::string shape_str() const;
+  [[nodiscard]] std::string strides_str() const;
+
+  /// @throws nb::type_error unless the dtype is `want`.
+  const ArrayArg& expect_dtype(Dtype want) const;
+  /// @throws nb::value_error unless ndim is one of `allowed`; `form` names the dims ("[s_q, h_q, d_qk]").
+  const ArrayArg& expect_ndim(std::initializer_list<int> allowed, const char* form) const;
+  /// @throws nb::value_error unless dimension `i` has extent `want`; `what` says where `want` comes from.
+  const ArrayArg& expect_dim(int i, std::int64_t want, const std::string& what) const;
+  /// @throws nb::value_error unless the array is C-contiguous (dims of extent 1 may have any stride).
+  const ArrayArg& expect_contiguous() const;
+  /// @throws nb::value_error unless the last dimension has stride 1.
+  const ArrayArg& expect_unit_last_stride() const;
+  /// @throws nb::value_error unless the array lives on the same device as `other`.
+  const ArrayArg& expect_same_device(const ArrayArg& other) const;
+  /// @throws nb::value_error unless the array is in CUDA device memory.
+  const ArrayArg& expect_cuda() const;
+
+ private:
+  const char* name_;
+  nb::ndarray<> array_;
+};
+
+/// @brief Makes the array's device current for the scope of a call and restores the previous one.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_{-1};
+};
+
+/// @brief True for what an nb::ndarray<> argument accepts: an object exporting DLPack, a DLPack
+///        capsule or a buffer.
+bool is_array(nb::handle h);
+
+/// @brief True for an array in host memory (DLPack kDLCPU).
+bool is_host(const ArrayArg& a);
+
+/// @brief An int argument given in int32 range.
+/// @throws nb::value_error naming `name` unless `v` fits in [lo, hi].
+int checked_int(const char* name, std::int64_t v, std::int64_t lo, std::int64_t hi);
+
+}  // namespace spg::python

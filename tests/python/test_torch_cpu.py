@@ -1,0 +1,163 @@
+"""CPU, with torch: the custom ops' registration, mutation annotations and fake implementations,
+errors through the torch layer, and torch.compile(fullgraph=True) tracing through the ops.
+
+Fake tensors on device "cuda" need no GPU, so shapes and tracing are checked here; running the
+ops is the GPU tests' part. Skipped (not passed) where torch is not installed.
+"""
+
+import pytest
+
+from conftest import HAVE_TORCH, needs_torch
+
+pytestmark = needs_torch
+
+if HAVE_TORCH:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import spgraph.torch as st
+
+OPS = [
+    "sparse_mla_fwd",
+    "sparse_mla_fwd_out",
+    "combine_topk_swa_indices",
+    "combine_topk_swa_indices_out",
+    "quantize_and_insert_k_cache",
+    "dequantize_and_gather_k_cache",
+]
+
+MUTATED = {
+    "sparse_mla_fwd": set(),
+    "sparse_mla_fwd_out": {"out", "max_logits", "lse", "workspace"},
+    "combine_topk_swa_indices": set(),
+    "combine_topk_swa_indices_out": {"combined_indices", "combined_lens", "status"},
+    "quantize_and_insert_k_cache": {"k_cache", "status"},
+    "dequantize_and_gather_k_cache": {"out", "status"},
+}
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_ops_are_registered_with_their_mutations(name):
+    schema = getattr(torch.ops.spgraph, name).default._schema
+    mutated = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    assert mutated == MUTATED[name], str(schema)
+
+
+def mla_inputs(device, s_q=5, h_q=64, d_qk=512, s_kv=100, topk=128):
+    return (torch.empty(s_q, h_q, d_qk, dtype=torch.bfloat16, device=device),
+            torch.empty(s_kv, 1, d_qk, dtype=torch.bfloat16, device=device),
+            torch.empty(s_q, 1, topk, dtype=torch.int32, device=device))
+
+
+def combine_inputs(device, T=7, R=2, topk=512):
+    return (torch.empty(T, topk, dtype=torch.int32, device=device), torch.empty(R + 1, dtype=torch.int32, device=device),
+            torch.empty(R, dtype=torch.int32, device=device), torch.empty(R, dtype=torch.int32, device=device))
+
+
+@pytest.mark.parametrize("h_q, d_qk, s_q", [(64, 512, 5), (128, 576, 1), (128, 512, 0)])
+def test_fake_sparse_mla_shapes(h_q, d_qk, s_q):
+    with FakeTensorMode():
+        q, kv, idx = mla_inputs("cuda", s_q=s_q, h_q=h_q, d_qk=d_qk)
+        out, ml, lse = st.sparse_mla_fwd(q, kv, idx, d_qk ** -0.5, attn_sink=torch.empty(h_q, device="cuda"))
+        assert (out.shape, out.dtype, out.device.type) == ((s_q, h_q, 512), torch.bfloat16, "cuda")
+        assert (ml.shape, ml.dtype) == ((s_q, h_q), torch.float32)
+        assert (lse.shape, lse.dtype) == ((s_q, h_q), torch.float32)
+        given = (torch.empty(s_q, h_q, 512, dtype=torch.bfloat16, device="cuda"),
+                 torch.empty(s_q, h_q, device="cuda"), torch.empty(s_q, h_q, device="cuda"))
+        got = st.sparse_mla_fwd(q, kv, idx, 0.1, out=given)
+        assert all(a is b for a, b in zip(got, given))
+        only_out = st.sparse_mla_fwd(q, kv, idx, 0.1, out=given[0])  # vLLM's fork: out alone
+        assert only_out[0] is given[0] and only_out[1].shape == (s_q, h_q)
+
+
+@pytest.mark.parametrize("topk, window, ratio, width", [(512, 128, 4, 640), (1024, 128, 4, 1152), (0, 128, 1, 128),
+                                                       (512, 64, 128, 640)])
+def test_fake_combine_shapes(topk, window, ratio, width):
+    with FakeTensorMode():
+        inputs = combine_inputs("cuda", topk=max(topk, 1))
+        combined, lens = st.combine_topk_swa_indices(*inputs, window, ratio, topk, 1000,
+                                                     torch.empty(1, dtype=torch.int32, device="cuda"))
+        assert (combined.shape, combined.dtype) == ((7, width), torch.int32)
+        assert (lens.shape, lens.dtype) == ((7,), torch.int32)
+        given = (torch.empty(7, width, dtype=torch.int32, device="cuda"), torch.empty(7, dtype=torch.int32, device="cuda"))
+        got = st.combine_topk_swa_indices(*inputs, window, ratio, topk, 1000, 10, out=given)
+        assert got[0] is given[0] and got[1] is given[1]
+
+
+def test_fake_cache_ops_return_nothing():
+    with FakeTensorMode():
+        k = torch.empty(9, 512, dtype=torch.bfloat16, device="cuda")
+        cache = torch.empty(4, 37440, dtype=torch.uint8, device="cuda")
+        slots = torch.empty(9, dtype=torch.int32, device="cuda")
+        assert st.quantize_and_insert_k_cache(k, cache, slots, 64) is None
+        out = torch.empty(2, 300, 512, dtype=torch.bfloat16, device="cuda")
+        lens = torch.empty(2, dtype=torch.int32, device="cuda")
+        table = torch.empty(2, 5, dtype=torch.int32, device="cuda")
+        assert st.dequantize_and_gather_k_cache(out, cache, lens, None, table, 64, 0) is None
+
+
+def test_errors_surface_through_the_torch_layer():
+    q, kv, idx = mla_inputs("cpu")
+    with pytest.raises(TypeError, match=r"q\.dtype = float32 must be bfloat16"):
+        st.sparse_mla_fwd(q.float(), kv, idx, 0.1)
+    with pytest.raises(ValueError, match=r"topk = 100 must be a positive multiple of 64"):
+        st.sparse_mla_fwd(q, kv, idx[..., :100].contiguous(), 0.1)
+    with pytest.raises(ValueError, match=r"d_v = 256 must be 512"):
+        st.sparse_mla_fwd(q, kv, idx, 0.1, d_v=256)
+    with pytest.raises(ValueError, match=r"q is on cpu; spgraph's ops run on CUDA device memory"):
+        st.sparse_mla_fwd(q, kv, idx, 0.1)
+    inputs = combine_inputs("cpu")
+    with pytest.raises(ValueError, match=r"N = 2000 must be at most M = 1000"):
+        st.combine_topk_swa_indices(*inputs, 128, 4, 512, 1000, 2000)
+    with pytest.raises(TypeError, match=r"M must be an int or a one-element int32 device tensor, not float"):
+        st.combine_topk_swa_indices(*inputs, 128, 4, 512, 1.5, 10)
+    with pytest.raises(TypeError, match=r"slot_mapping\.dtype = int64 must be int32"):
+        st.quantize_and_insert_k_cache(torch.empty(3, 512, dtype=torch.bfloat16), torch.empty(2, 37440, dtype=torch.uint8),
+                                       torch.zeros(3, dtype=torch.int64), 64)
+    with pytest.raises(ValueError, match=r"offset = 301 must be in \[0, 300\]"):
+        st.dequantize_and_gather_k_cache(torch.empty(2, 300, 512, dtype=torch.bfloat16),
+                                         torch.empty(2, 37440, dtype=torch.uint8), torch.zeros(2, dtype=torch.int32),
+                                         None, torch.zeros(2, 3, dtype=torch.int32), 64, 301)
+
+
+def test_tensors_that_require_grad_are_taken():
+    q, kv, idx = mla_inputs("cpu")
+    sink = torch.zeros(64, requires_grad=True)
+    with pytest.raises(ValueError, match="run on CUDA device memory"):  # got past the DLPack export
+        st.sparse_mla_fwd(q, kv, idx, 0.1, attn_sink=sink)
+
+
+def prefill_step(topk_indices, qsl, seq_lens, gather_lens, q, kv, sink, M, N):
+    combined, lens = st.combine_topk_swa_indices(topk_indices, qsl, seq_lens, gather_lens, 128, 4, 512, M, N)
+    return st.sparse_mla_fwd(q, kv, combined.unsqueeze(1), q.shape[-1] ** -0.5, attn_sink=sink, topk_length=lens)
+
+
+def test_compile_fullgraph_traces_through_the_ops():
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    step = torch.compile(prefill_step, fullgraph=True, backend=record)
+    q, kv, _ = mla_inputs("cpu", s_q=7)
+    M = torch.tensor([300], dtype=torch.int32)
+    with pytest.raises(ValueError, match="run on CUDA device memory"):  # traced whole, then run on the host
+        step(*combine_inputs("cpu"), q, kv, torch.zeros(64), M, 100)
+    assert len(graphs) == 1
+    targets = {str(n.target).removesuffix(".default") for n in graphs[0].graph.nodes if n.op == "call_function"}
+    assert {"spgraph.combine_topk_swa_indices", "spgraph.sparse_mla_fwd"} <= targets, targets
+
+
+def test_fake_tracing_builds_a_graph_of_the_ops():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        q, kv, _ = mla_inputs("cuda", s_q=7)
+        args = (*combine_inputs("cuda"), q, kv, torch.zeros(64, device="cuda"),
+                torch.empty(1, dtype=torch.int32, device="cuda"), 100)
+    gm = make_fx(prefill_step, tracing_mode="fake")(*args)
+    ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "spgraph.combine_topk_swa_indices.default" in ops and "spgraph.sparse_mla_fwd.default" in ops
+    del mode
