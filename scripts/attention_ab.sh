@@ -2,7 +2,7 @@
 # A/B of the sparse attention kernels on the GPU machine, in one device call (issue 15):
 #   1. the [sparse_mla] GPU tests (every kernel path, eager and graph-replayed),
 #   2. compute-sanitizer memcheck on the sanitizer problem (the test case that runs every
-#      attention kernel, the TMA-gather and cluster-multicast ones included, on one small problem),
+#      attention kernel on one small problem),
 #   3. table A with every variant timed in rotating order over several rounds (bench --paths
 #      --rounds: each round starts one variant later, so each variant sees the same power history;
 #      sustained timing, 25 ms warm-up and >= 100 ms timed per variant and round),
@@ -28,7 +28,7 @@ BIN=$1
 shift
 ROWS=""
 ROUNDS=2
-PATHS=automatic,single_pass,single_pass_bulk,single_pass_multicast,split_topk,split_topk_bulk,split_topk_multicast
+PATHS=automatic,single_pass,split_topk
 SKIP_TESTS=0
 while [[ $# -gt 0 ]]; do
   case $1 in

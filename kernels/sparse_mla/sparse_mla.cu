@@ -48,7 +48,6 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta);
   SparseMlaPlan plan;
   int per_split = blocks;  // 64-row blocks per slice
-  const bool head_pairs = a.h_q == 2 * kSparseMlaHeadsPerCta;  // two head groups per token to pair up
   switch (a.path) {
     case SparseMlaPath::single_pass:
       plan.kernel = SparseMlaKernel::wgmma_single_pass;
@@ -56,25 +55,11 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
     case SparseMlaPath::single_pass_mma:
       plan.kernel = SparseMlaKernel::mma_single_pass;
       break;
-    case SparseMlaPath::single_pass_bulk:
-      plan.kernel = SparseMlaKernel::wgmma_bulk_single_pass;
-      break;
-    case SparseMlaPath::single_pass_multicast:
-      plan.kernel = head_pairs ? SparseMlaKernel::wgmma_multicast_single_pass : SparseMlaKernel::wgmma_bulk_single_pass;
-      break;
     case SparseMlaPath::split_topk:
-    case SparseMlaPath::split_topk_mma:
-    case SparseMlaPath::split_topk_bulk:
-    case SparseMlaPath::split_topk_multicast: {
+    case SparseMlaPath::split_topk_mma: {
       plan.split = true;
-      switch (a.path) {
-        case SparseMlaPath::split_topk: plan.kernel = SparseMlaKernel::wgmma_split_topk; break;
-        case SparseMlaPath::split_topk_mma: plan.kernel = SparseMlaKernel::mma_split_topk; break;
-        case SparseMlaPath::split_topk_bulk: plan.kernel = SparseMlaKernel::wgmma_bulk_split_topk; break;
-        default:
-          plan.kernel = head_pairs ? SparseMlaKernel::wgmma_multicast_split_topk : SparseMlaKernel::wgmma_bulk_split_topk;
-          break;
-      }
+      plan.kernel = a.path == SparseMlaPath::split_topk ? SparseMlaKernel::wgmma_split_topk
+                                                        : SparseMlaKernel::mma_split_topk;
       const int n = a.num_splits > 0 ? a.num_splits : std::max(2, automatic_splits(items, blocks, sms));
       per_split = (blocks + n - 1) / n;
       break;
@@ -95,23 +80,8 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
   return plan;
 }
 
-bool is_wgmma(SparseMlaKernel k) noexcept { return k != SparseMlaKernel::mma_single_pass && k != SparseMlaKernel::mma_split_topk; }
-
-/// The kernels whose producer gathers with TMA (q and kv through tensor maps).
-bool is_tma_gather(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_bulk_single_pass || k == SparseMlaKernel::wgmma_bulk_split_topk ||
-         k == SparseMlaKernel::wgmma_multicast_single_pass || k == SparseMlaKernel::wgmma_multicast_split_topk;
-}
-
-/// The kernels that run in clusters of two CTAs.
-bool is_multicast(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_multicast_single_pass || k == SparseMlaKernel::wgmma_multicast_split_topk;
-}
-
-/// The kernels that write out themselves (single passes) rather than partials for the merge.
-bool writes_out_with_tma(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_bulk_single_pass ||
-         k == SparseMlaKernel::wgmma_multicast_single_pass;
+bool is_wgmma(SparseMlaKernel k) noexcept {
+  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk;
 }
 
 std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
@@ -145,31 +115,6 @@ cudaError_t launch_attention(const detail::SparseMlaParams& p, const CUtensorMap
   return cudaGetLastError();
 }
 
-/// The TMA-gather wgmma kernel: one CTA per item on a 1-D grid; `kPairs` launches it in clusters
-/// of two CTAs (the grid is even: two head groups per (token, slice)).
-template <int D, bool kPairs>
-cudaError_t launch_tma_attention(const detail::SparseMlaParams& p, const detail::WgmmaTensorMaps& maps, unsigned grid,
-                                 const DeviceInfo& info, cudaStream_t stream) noexcept {
-  static std::atomic<std::uint64_t> smem_allowed{0};
-  constexpr int smem = detail::WgmmaSmem<D>::kAlloc;
-  const auto kernel = &detail::sparse_mla_wgmma_tma_kernel<D, kPairs>;
-  const cudaError_t status = allow_dynamic_smem_once(reinterpret_cast<const void*>(kernel), smem, info, smem_allowed);
-  if (status != cudaSuccess) return status;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(detail::kWgmmaThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kPairs ? 2 : 1;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = kPairs ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, p, maps);
-}
-
 /// cuTensorMapEncodeTiled, taken from the driver through the runtime once (spgraph does not link
 /// libcuda); null where the driver does not provide it.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() noexcept {
@@ -201,39 +146,6 @@ cudaError_t encode_out_map(CUtensorMap& map, __nv_bfloat16* out, int h_q, int s_
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, out, dims, strides, box, element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
-/// `q` as a 3-D bf16 tensor {d_qk columns, h_q heads, s_q tokens} (tokens `token_stride` elements
-/// apart) in boxes of 64 columns x 64 heads, 128B swizzled: one box is one panel of a CTA's Q tile.
-cudaError_t encode_q_map(CUtensorMap& map, const __nv_bfloat16* q, int d_qk, int h_q, int s_q, std::int64_t token_stride) noexcept {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d_qk), static_cast<cuuint64_t>(h_q), static_cast<cuuint64_t>(s_q)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(d_qk) * sizeof(__nv_bfloat16),
-                                 static_cast<cuuint64_t>(token_stride) * sizeof(__nv_bfloat16)};
-  const cuuint32_t box[3] = {64, 64, 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(q), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
-/// `kv` as a 2-D bf16 tensor {d_qk columns, s_kv rows} (rows `row_stride` elements apart, the
-/// padding past d_qk outside it) in boxes of 64 columns x 1 row, 128B swizzled: one box is one
-/// row's 128-byte slot of one panel of a kv tile. L2 fetches in 256-byte units, like the cp.async
-/// gather's prefetch hint (a row's panels are read one after the other).
-cudaError_t encode_kv_map(CUtensorMap& map, const __nv_bfloat16* kv, int d_qk, int s_kv, std::int64_t row_stride) noexcept {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(d_qk), static_cast<cuuint64_t>(s_kv)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride) * sizeof(__nv_bfloat16)};
-  const cuuint32_t box[2] = {64, 1};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(kv), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
@@ -284,13 +196,13 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   SPG_EXPECTS(aligned(a.indices, 4), "indices must be 4-byte aligned");
   SPG_EXPECTS(aligned(a.max_logits, 4) && aligned(a.lse, 4), "max_logits and lse must be 4-byte aligned");
   SPG_EXPECTS(std::isfinite(a.sm_scale), "sm_scale = " << a.sm_scale << " must be finite");
-  SPG_EXPECTS(static_cast<int>(a.path) >= static_cast<int>(SparseMlaPath::automatic) &&
-                  static_cast<int>(a.path) <= static_cast<int>(SparseMlaPath::split_topk_multicast),
+  SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
+                  a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma ||
+                  a.path == SparseMlaPath::split_topk_mma,
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
-  const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma ||
-                      a.path == SparseMlaPath::single_pass_bulk || a.path == SparseMlaPath::single_pass_multicast;
+  const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
   SPG_EXPECTS(std::int64_t{a.s_q} * a.h_q <= std::numeric_limits<std::int32_t>::max(),
@@ -343,15 +255,9 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   p.write_partials = plan.split;
   p.q_token_stride = resolved_stride(a.q_token_stride, std::int64_t{a.h_q} * a.d_qk);
   p.out_token_stride = resolved_stride(a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
-  detail::WgmmaTensorMaps maps{};  // out: the single passes' TMA stores; q, kv: the TMA gathers
-  if (writes_out_with_tma(plan.kernel)) {
-    status = encode_out_map(maps.out, a.out, a.h_q, a.s_q, p.out_token_stride);
-    if (status != cudaSuccess) return status;
-  }
-  if (is_tma_gather(plan.kernel)) {
-    status = encode_q_map(maps.q, a.q, a.d_qk, a.h_q, a.s_q, p.q_token_stride);
-    if (status != cudaSuccess) return status;
-    status = encode_kv_map(maps.kv, a.kv, a.d_qk, a.s_kv, a.kv_row_stride);
+  CUtensorMap out_map{};  // the single pass's TMA stores of out; the other kernels ignore it
+  if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
+    status = encode_out_map(out_map, a.out, a.h_q, a.s_q, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
   if (plan.split) {
@@ -370,20 +276,12 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   const bool wgmma = is_wgmma(plan.kernel);
   const auto grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
   p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks
-  if (is_tma_gather(plan.kernel)) {
-    const bool pairs = is_multicast(plan.kernel);
-    status = a.d_qk == 512 ? (pairs ? launch_tma_attention<512, true>(p, maps, grid, info, stream)
-                                    : launch_tma_attention<512, false>(p, maps, grid, info, stream))
-                           : (pairs ? launch_tma_attention<576, true>(p, maps, grid, info, stream)
-                                    : launch_tma_attention<576, false>(p, maps, grid, info, stream));
-  } else {
-    const auto launch = [&](auto wgmma_tag) {
-      constexpr bool kWgmma = decltype(wgmma_tag)::value;
-      return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, maps.out, grid, info, stream)
-                           : launch_attention<576, kWgmma>(p, maps.out, grid, info, stream);
-    };
-    status = wgmma ? launch(std::true_type{}) : launch(std::false_type{});
-  }
+  const auto launch = [&](auto wgmma_tag) {
+    constexpr bool kWgmma = decltype(wgmma_tag)::value;
+    return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, out_map, grid, info, stream)
+                         : launch_attention<576, kWgmma>(p, out_map, grid, info, stream);
+  };
+  status = wgmma ? launch(std::true_type{}) : launch(std::false_type{});
   if (status != cudaSuccess || !plan.split) return status;
 
   detail::SparseMlaMergeParams m{};

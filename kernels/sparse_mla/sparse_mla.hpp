@@ -39,15 +39,6 @@ enum class SparseMlaPath : std::int32_t {
   /// kernel and as its performance baseline.
   single_pass_mma = 3,
   split_topk_mma = 4,  ///< the mma.sync kernel over top-k slices + the merge kernel (any device)
-  /// The wgmma single pass with the kv rows (and Q) gathered by TMA, one box per (row, 64-column
-  /// panel), instead of 16-byte cp.async (sm_90 only); `automatic` does not pick it yet.
-  single_pass_bulk = 5,
-  split_topk_bulk = 6,  ///< the same kernel over top-k slices + the merge kernel (sm_90 only)
-  /// h_q 128: the TMA-gather single pass in clusters of two CTAs, the two head groups of a token,
-  /// each row read from L2 once and multicast into both CTAs' shared memory (sm_90 only). h_q 64
-  /// has one CTA per token, nothing to share: it runs single_pass_bulk's kernel.
-  single_pass_multicast = 7,
-  split_topk_multicast = 8,  ///< the same over top-k slices + the merge kernel (h_q 64: split_topk_bulk's)
 };
 
 /// @brief The kernel(s) a plan launches.
@@ -59,26 +50,16 @@ enum class SparseMlaKernel : std::int32_t {
   mma_single_pass = 1,   ///< persistent mma.sync kernel, whole top-k range per item
   mma_split_topk = 2,    ///< mma.sync partial kernel over top-k slices + merge kernel
   wgmma_split_topk = 3,  ///< the wgmma kernel, one CTA per (token, 64 heads, slice) + merge kernel
-  /// The wgmma kernel whose producer gathers with TMA boxes (kv rows, Q) instead of cp.async.
-  wgmma_bulk_single_pass = 4,
-  wgmma_bulk_split_topk = 5,  ///< the same, one CTA per (token, 64 heads, slice) + merge kernel
-  /// The TMA-gather kernel in clusters of two CTAs (h_q 128), each row multicast to both.
-  wgmma_multicast_single_pass = 6,
-  wgmma_multicast_split_topk = 7,  ///< the same per (token, slice) pair of CTAs + merge kernel
 };
 
-/// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split", "wgmma-bulk",
-/// "wgmma-bulk-split", "wgmma-mcast", "wgmma-mcast-split"), for logs and benchmark tables.
+/// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split"), for logs and
+/// benchmark tables.
 constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
   switch (k) {
     case SparseMlaKernel::wgmma_single_pass: return "wgmma";
     case SparseMlaKernel::wgmma_split_topk: return "wgmma-split";
     case SparseMlaKernel::mma_single_pass: return "mma";
     case SparseMlaKernel::mma_split_topk: return "mma-split";
-    case SparseMlaKernel::wgmma_bulk_single_pass: return "wgmma-bulk";
-    case SparseMlaKernel::wgmma_bulk_split_topk: return "wgmma-bulk-split";
-    case SparseMlaKernel::wgmma_multicast_single_pass: return "wgmma-mcast";
-    case SparseMlaKernel::wgmma_multicast_split_topk: return "wgmma-mcast-split";
   }
   return "?";
 }
@@ -112,8 +93,7 @@ struct SparseMlaArgs {
   /// least h_q * 512 and a multiple of 8. max_logits and lse stay contiguous [s_q, h_q].
   std::int64_t out_token_stride{0};
   SparseMlaPath path{SparseMlaPath::automatic};
-  /// split paths only (split_topk, split_topk_mma, split_topk_bulk, split_topk_multicast): number
-  /// of top-k slices; 0 lets the shape choose.
+  /// split_topk / split_topk_mma only: number of top-k slices; 0 lets the shape choose.
   int num_splits{0};
 };
 
@@ -153,9 +133,8 @@ struct SparseMla {
   ///        hold workspace_bytes(args) bytes, 256-byte aligned. Returns cudaGetLastError() after
   ///        the launches, or without launching: cudaErrorInvalidDevice when the plan's kernel is
   ///        a wgmma kernel and the device is not compute capability 9.0, cudaErrorNotSupported
-  ///        when the driver does not provide cuTensorMapEncodeTiled (the wgmma single passes write
-  ///        out with TMA stores, the bulk and multicast kernels also read q and kv through tensor
-  ///        maps), cudaErrorInvalidValue when it rejects a tensor map.
+  ///        when the driver does not provide cuTensorMapEncodeTiled (the wgmma single pass writes
+  ///        out with TMA stores), cudaErrorInvalidValue when it rejects out's tensor map.
   static cudaError_t run(const SparseMlaArgs& args, void* workspace, cudaStream_t stream) noexcept;
 };
 

@@ -1,11 +1,7 @@
-// Device code of the wgmma sparse MLA attention kernels (SparseMlaKernel::wgmma_single_pass and
-// wgmma_split_topk, and their TMA-gather forms wgmma_bulk_* and wgmma_multicast_*, see
-// sparse_mla.hpp): sm_90a only, one CTA per work item on a 1-D grid of
+// Device code of the wgmma sparse MLA attention kernel (SparseMlaKernel::wgmma_single_pass and
+// wgmma_split_topk, see sparse_mla.hpp): sm_90a only, one CTA per work item on a 1-D grid of
 // s_q * (h_q / 64) * num_splits CTAs; an item is (token, 64 heads, top-k slice), and the single
-// pass has one slice. 384 threads = 3 warpgroups with specialized roles. The three kernels share
-// the consumer code below and differ in the producer (WgmmaGather): cp.async as described next;
-// TMA boxes, one per (kv row, 64-column panel), alone or multicast into both CTAs of a cluster
-// pair (the two head groups of one h_q 128 token), see wgmma_tma_producer.
+// pass has one slice. 384 threads = 3 warpgroups with specialized roles.
 //
 //   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, in two halves behind
 //       mbarriers of their own (left half, first kv block's left half, right half, ...: the order
@@ -48,7 +44,6 @@
 #include <math_constants.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/sparse_mla/sparse_mla_device.cuh"
 #include "kernels/sparse_mla/wgmma_sm90.cuh"
@@ -88,38 +83,18 @@ struct WgmmaSmem {
   static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
 };
 
-/// How the producer warpgroup moves kv rows (and Q) into shared memory.
-enum class WgmmaGather : int {
-  /// 16-byte cp.async per thread, Q too (SparseMlaKernel::wgmma_single_pass / wgmma_split_topk).
-  cp_async = 0,
-  /// TMA: one 2-D box per (kv row, 64-column panel), Q in 3-D boxes of 64 heads x 64 columns
-  /// (wgmma_bulk_single_pass / wgmma_bulk_split_topk).
-  tma = 1,
-  /// TMA in a cluster of two CTAs, the two head groups of one token (h_q 128): each CTA issues
-  /// half of every block's rows, multicast into both CTAs' buffers, so each row leaves L2 once
-  /// per token (wgmma_multicast_single_pass / wgmma_multicast_split_topk).
-  tma_multicast = 2,
-};
-
-/// Where work item `item` sits: its token, first of its 64 heads and top-k slice. Items run
-/// slice-fastest, then head group, then token; in a cluster pair the head group runs fastest (the
-/// two CTAs of a cluster, consecutive in the grid, are the two head groups of one (token, slice)).
+/// Where work item `item` sits: its token, first of its 64 heads and top-k slice (items run
+/// slice-fastest, then head group, then token).
 struct WgmmaItemPos {
   int token;
   int head0;
   int split;
 };
 
-template <WgmmaGather G = WgmmaGather::cp_async>
 __device__ __forceinline__ WgmmaItemPos wgmma_item_pos(const SparseMlaParams& p, int item) {
   const int groups = p.h_q >> 6;
-  if constexpr (G == WgmmaGather::tma_multicast) {
-    const int ts = item / groups;
-    return {ts / p.num_splits, (item % groups) * 64, ts % p.num_splits};
-  } else {
-    const int th = item / p.num_splits;
-    return {th / groups, (th % groups) * 64, item % p.num_splits};
-  }
+  const int th = item / p.num_splits;
+  return {th / groups, (th % groups) * 64, item % p.num_splits};
 }
 
 /// One work item: (token, 64 heads, top-k slice) and the slice's valid index range [j0, j_end).
@@ -132,10 +107,9 @@ struct WgmmaItem {
   int n_pairs;  ///< pairs of 64-row blocks; an odd block count ends with an all-masked block
 };
 
-template <WgmmaGather G>
 __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int item) {
   WgmmaItem it;
-  const WgmmaItemPos at = wgmma_item_pos<G>(p, item);
+  const WgmmaItemPos at = wgmma_item_pos(p, item);
   it.token = at.token;
   it.head0 = at.head0;
   it.split = at.split;
@@ -151,152 +125,10 @@ __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int it
   return it;
 }
 
-/// Producer warpgroup of the TMA-gather modes. Warps 2b and 2b + 1 serve block b of each pair
-/// (K0 for b = 0, K1 for b = 1), lane l of warp w holding kv row slot 32 (w % 2) + l: each
-/// thread loads its row's index one pair ahead, writes the row's 0 / -inf mask, and zero-fills
-/// the row's slots itself when it is masked (no copy is issued for it, so stale data is never
-/// read: a masked slot is written in every phase, as with the cp.async gather). The valid rows
-/// are copied by one lane per warp, one TMA box per (row, 64-column panel) into the row's
-/// 128-byte slot of each panel: with a 1-row box and 128B swizzle the TMA unit places the row's
-/// 16-byte chunk c at chunk c ^ ((slot address / 128) % 8) (CUDA Programming Guide, "Swizzle
-/// Pattern Pointer Offset Computation"), which in a 1024-byte aligned panel is c ^ (row % 8):
-/// the tile layout of wgmma_sm90.cuh. In a cluster pair, CTA r copies rows 32 r .. 32 r + 31 of
-/// every block and multicasts them to both CTAs; each CTA's full barrier expects the bytes of
-/// all valid rows (each warp announces its own 32 rows' bytes, whoever copies them). Halves
-/// are filled in the consumers' need order per block (K0 left then right, K1 right then left),
-/// each after its empty barrier (both CTAs' consumers, in a pair) has released it.
-template <int D, WgmmaGather G>
-__device__ __forceinline__ void wgmma_tma_producer(const SparseMlaParams& p, const WgmmaItem& it, unsigned char* sm,
-                                                   std::uint32_t sb, int x, const CUtensorMap* q_map,
-                                                   const CUtensorMap* kv_map) {
+template <int D>
+__global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
+                                                                              const __grid_constant__ CUtensorMap out_map) {
   using L = WgmmaSmem<D>;
-  constexpr bool kPair = G == WgmmaGather::tma_multicast;
-  const std::uint32_t bar_base = sb + L::kOffBar;
-  auto full_bar = [&](int b, int h) { return bar_base + static_cast<std::uint32_t>((2 * b + h) * 8); };
-  auto empty_bar = [&](int b, int h) { return bar_base + 32u + static_cast<std::uint32_t>((2 * b + h) * 8); };
-  const std::uint32_t q_bar_left = bar_base + 64u;
-  const std::uint32_t q_bar_right = bar_base + 72u;
-  float* mask_s = reinterpret_cast<float*>(sm + L::kOffMask);
-  const int warp = x >> 5;
-  const int lane = x & 31;
-  const int bb = warp >> 1;                // block of the pair this warp serves
-  const int row = 32 * (warp & 1) + lane;  // this thread's row slot in that block
-  const bool copies = !kPair || static_cast<std::uint32_t>(warp & 1) == cluster_ctarank();
-  const int n_pairs = it.n_pairs;
-  if (x == 0) {
-    tma_prefetch_map(q_map);
-    tma_prefetch_map(kv_map);
-  }
-  if (n_pairs == 0) return;  // nothing waits for Q or kv rows
-  if (x == 0) {
-    // Q in the order the consumers' first k-steps need it (each Q row is read by one CTA only).
-    const std::uint64_t q_policy = l2_evict_first();
-    mbar_arrive_expect_tx(q_bar_left, 4u * 8192u);
-#pragma unroll
-    for (int pn = 0; pn < 4; ++pn)
-      tma_load_3d(sb + L::kOffQ + pn * 8192, q_map, pn * 64, it.head0, it.token, q_bar_left, q_policy);
-    mbar_arrive_expect_tx(q_bar_right, static_cast<std::uint32_t>(L::kPanels - 4) * 8192u);
-#pragma unroll
-    for (int pn = 4; pn < L::kPanels; ++pn)
-      tma_load_3d(sb + L::kOffQ + pn * 8192, q_map, pn * 64, it.head0, it.token, q_bar_right, q_policy);
-  }
-  const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(it.token) * p.topk;
-  // kv row of this thread's slot in pair `pr`, -1 when masked (invalid index, past the valid part).
-  auto row_of_pair = [&](int pr) {
-    const int j = it.j0 + (2 * pr + bb) * 64 + row;
-    const int id = j < it.j_end ? __ldg(idx_row + j) : -1;
-    return id < 0 || id >= p.s_kv ? -1 : id;
-  };
-  const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
-  const std::uint32_t slot = buf + static_cast<std::uint32_t>(row) * 128u;
-  const std::uint32_t slot0 = buf + static_cast<std::uint32_t>(32 * (warp & 1)) * 128u;  // the warp's first slot
-  // One half of this warp's share of a block: panels [kPn0, kPn1).
-  auto fill = [&](auto pn0_tag, auto pn1_tag, int id, unsigned valid, std::uint32_t full) {
-    constexpr int kPn0 = decltype(pn0_tag)::value;
-    constexpr int kPn1 = decltype(pn1_tag)::value;
-    if (id < 0) {
-#pragma unroll
-      for (int pn = kPn0; pn < kPn1; ++pn)
-#pragma unroll
-        for (int c = 0; c < 8; ++c) st_shared_zero16(slot + pn * 8192 + c * 16);
-      fence_proxy_async();  // the zeros, visible to the consumers' wgmma reads
-    }
-    if (copies) {
-      for (unsigned m = valid; m != 0u; m &= m - 1u) {
-        const int l = __ffs(static_cast<int>(m)) - 1;
-        const int rid = __shfl_sync(0xffffffffu, id, l);
-        if (lane == 0) {
-          const std::uint32_t dst = slot0 + static_cast<std::uint32_t>(l) * 128u;
-#pragma unroll
-          for (int pn = kPn0; pn < kPn1; ++pn) {
-            if constexpr (kPair) {
-              tma_load_2d_multicast(dst + pn * 8192, kv_map, pn * 64, rid, full, 0x3);
-            } else {
-              tma_load_2d(dst + pn * 8192, kv_map, pn * 64, rid, full);
-            }
-          }
-        }
-      }
-    }
-    if (lane == 0) {
-      mbar_arrive_expect_tx(full, static_cast<std::uint32_t>(__popc(valid) * (kPn1 - kPn0)) * 128u);
-    } else {
-      mbar_arrive(full);
-    }
-  };
-  using Pn0 = std::integral_constant<int, 0>;
-  using Pn4 = std::integral_constant<int, 4>;
-  using PnEnd = std::integral_constant<int, L::kPanels>;
-  int next = row_of_pair(0);
-  for (int pair = 0; pair < n_pairs; ++pair) {
-    const int id = next;
-    if (pair + 1 < n_pairs) next = row_of_pair(pair + 1);
-    const unsigned valid = __ballot_sync(0xffffffffu, id >= 0);
-    const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
-    // First half: K0 left / K1 right, with the block's mask (the consumers read it after that
-    // half's full barrier); then the other half.
-#pragma unroll
-    for (int step = 0; step < 2; ++step) {
-      const int hh = step ^ bb;
-      if constexpr (kPair) {
-        mbar_wait_cluster(empty_bar(bb, hh), parity);
-      } else {
-        mbar_wait(empty_bar(bb, hh), parity);
-      }
-      if (step == 0) mask_s[bb * 64 + row] = id >= 0 ? 0.0f : -CUDART_INF_F;
-      if (hh == 0) {
-        fill(Pn0{}, Pn4{}, id, valid, full_bar(bb, 0));
-      } else {
-        fill(Pn4{}, PnEnd{}, id, valid, full_bar(bb, 1));
-      }
-    }
-    // The next wave's Q rows into L2, as in the cp.async producer.
-    if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
-      const std::int64_t next_item = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
-      if (next_item < p.num_items) {
-        const WgmmaItemPos at = wgmma_item_pos<G>(p, static_cast<int>(next_item));
-        prefetch_l2_bulk(p.q + static_cast<std::int64_t>(at.token) * p.q_token_stride + at.head0 * D, 64u * D * 2u);
-      }
-    }
-  }
-}
-
-/// The tensor maps of the TMA-gather kernels: out (stores, single pass), q {d_qk, h_q, s_q} in
-/// boxes of 64 columns x 64 heads, kv {d_qk, s_kv} in boxes of 64 columns x 1 row; all 128B
-/// swizzled.
-struct WgmmaTensorMaps {
-  CUtensorMap out;
-  CUtensorMap q;
-  CUtensorMap kv;
-};
-
-/// The kernel body, for every gather mode (`q_map` and `kv_map` are read by the TMA modes only).
-template <int D, WgmmaGather G>
-__device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const CUtensorMap* out_map, const CUtensorMap* q_map,
-                                                const CUtensorMap* kv_map) {
-  using L = WgmmaSmem<D>;
-  constexpr bool kTma = G != WgmmaGather::cp_async;
-  constexpr bool kPair = G == WgmmaGather::tma_multicast;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   const std::uint32_t sb = smem_addr(sm);
@@ -308,30 +140,16 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
   const std::uint32_t q_bar_right = bar_base + 72u;
 
   if (threadIdx.x == 0) {
-    if constexpr (kTma) {
-      // full: the 64 producer threads of the block's two warps (+ the TMA bytes); empty: one lane
-      // per consumer warp, of both CTAs in a pair; Q: the one thread that issues it (+ bytes).
-      for (int i = 0; i < 4; ++i) mbar_init(bar_base + 8u * i, 64);
-      for (int i = 4; i < 8; ++i) mbar_init(bar_base + 8u * i, kPair ? 8 : 4);
-      for (int i = 8; i < 10; ++i) mbar_init(bar_base + 8u * i, 1);
-    } else {
-      for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, 128);
-    }
+    for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, 128);
     mbar_init_fence();
   }
-  if constexpr (kPair) {
-    // Both CTAs' barriers exist before either CTA's copies or arrivals reach them.
-    cluster_arrive();
-    cluster_wait();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   // Broadcast from lane 0 so the compiler sees the warpgroup index as warp-uniform: the role
   // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) >> 7, 0);
   const int x = static_cast<int>(threadIdx.x) & 127;
-  const WgmmaItem it = wgmma_item<G>(p, static_cast<int>(blockIdx.x));
+  const WgmmaItem it = wgmma_item(p, static_cast<int>(blockIdx.x));
   const int token = it.token;
   const int head0 = it.head0;
   const int n_pairs = it.n_pairs;
@@ -340,10 +158,6 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
   if (wg == 2) {
     // ------------------------------------------------------------------ producer
     regs_decrease<kWgmmaProducerRegs>();
-    if constexpr (kTma) {
-      wgmma_tma_producer<D, G>(p, it, sm, sb, x, q_map, kv_map);
-      return;
-    }
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
@@ -425,7 +239,7 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
       if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
         const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
         if (next < p.num_items) {
-          const WgmmaItemPos at = wgmma_item_pos<G>(p, static_cast<int>(next));
+          const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next));
           prefetch_l2_bulk(p.q + static_cast<std::int64_t>(at.token) * p.q_token_stride + at.head0 * D, 64u * D * 2u);
         }
       }
@@ -449,18 +263,6 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
   const std::uint32_t s1a = sb + L::kOffS1;
   float* m0_s = reinterpret_cast<float*>(sm + L::kOffM0);
   float* m1_s = reinterpret_cast<float*>(sm + L::kOffM1);
-  // A consumer warpgroup is done reading a buffer half: every thread arrives (cp.async), one lane
-  // per warp (TMA), one lane per warp on this CTA's barrier and on the peer's (cluster pair).
-  const std::uint32_t peer = kPair ? cluster_ctarank() ^ 1u : 0u;
-  auto release = [&](std::uint32_t bar) {
-    if constexpr (kPair) {
-      mbar_arrive_pair_if(bar, peer, lane == 0);
-    } else if constexpr (kTma) {
-      mbar_arrive_if(bar, lane == 0);
-    } else {
-      mbar_arrive(bar);
-    }
-  };
   constexpr std::uint32_t kVLbo = 64 * 128;  // MN-major V: next 64 value columns = next panel
   constexpr std::uint32_t kVSbo = 1024;      // next 8 kv rows
 
@@ -581,7 +383,7 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
       pv_rs(k0a);  // O += P0 V0[:, 0:256]
       wgmma_wait<0>();
       reg_fence(o);
-      release(empty_bar(0, 0));
+      mbar_arrive(empty_bar(0, 0));
       named_barrier(kWgBarM1, 256);
       float f[2];
 #pragma unroll
@@ -608,7 +410,7 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
         wgmma_commit();
         wgmma_wait<1>();
         reg_fence(o);
-        release(empty_bar(1, 0));
+        mbar_arrive(empty_bar(1, 0));
         mbar_wait(full_bar(0, 1), ph ^ 1u);
         fence_proxy_async();
         qk_steps(k0a, 16, L::kSteps, false);
@@ -618,7 +420,7 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
       } else {
         wgmma_wait<0>();
         reg_fence(o);
-        release(empty_bar(1, 0));
+        mbar_arrive(empty_bar(1, 0));
       }
     }
   } else {
@@ -661,17 +463,14 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
       pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
       named_barrier_arrive(kWgBarS1, 256);
       wgmma_wait<1>();
-      release(empty_bar(1, 1));
+      mbar_arrive(empty_bar(1, 1));
       wgmma_wait<0>();
       reg_fence(o);
-      release(empty_bar(0, 1));
+      mbar_arrive(empty_bar(0, 1));
     }
   }
 
   // ------------------------------------------------------------------ epilogue (both consumer WGs)
-  // A pair's CTAs leave together: neither exits while the other may still arrive on its
-  // barriers (the arrival here follows this thread's last remote arrival; the wait ends the kernel).
-  if constexpr (kPair) cluster_arrive();
   float* l_s = reinterpret_cast<float*>(sm + L::kOffL);
   float lq[2];
 #pragma unroll
@@ -703,7 +502,6 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<float2*>(po + (r0 + 8 * h) * 512 + 8 * n) = make_float2(o[4 * n + 2 * h], o[4 * n + 2 * h + 1]);
-    if constexpr (kPair) cluster_wait();
     return;
   }
   float inv[2];
@@ -743,25 +541,9 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
     const std::uint64_t policy = l2_evict_first();  // out rows are not read again here
 #pragma unroll
     for (int pn = 0; pn < 4; ++pn)
-      tma_store_box(out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, token, policy);
+      tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, token, policy);
     bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
   }
-  if constexpr (kPair) cluster_wait();
-}
-
-/// The cp.async kernel (SparseMlaKernel::wgmma_single_pass, wgmma_split_topk).
-template <int D>
-__global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
-                                                                              const __grid_constant__ CUtensorMap out_map) {
-  wgmma_attention<D, WgmmaGather::cp_async>(p, &out_map, nullptr, nullptr);
-}
-
-/// The TMA-gather kernels: kPairs = false one CTA per item (wgmma_bulk_*), true clusters of two
-/// CTAs sharing each row (wgmma_multicast_*, h_q 128; launched with a cluster dimension of 2).
-template <int D, bool kPairs>
-__global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_tma_kernel(const __grid_constant__ SparseMlaParams p,
-                                                                                  const __grid_constant__ WgmmaTensorMaps maps) {
-  wgmma_attention<D, kPairs ? WgmmaGather::tma_multicast : WgmmaGather::tma>(p, &maps.out, &maps.q, &maps.kv);
 }
 
 

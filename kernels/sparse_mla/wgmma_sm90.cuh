@@ -1,9 +1,8 @@
 // Hopper (sm_90a) device helpers of the wgmma sparse MLA kernel (sparse_mla_wgmma_kernel.cuh):
 // shared-memory matrix descriptors, the three wgmma shapes the kernel issues, wgmma and proxy
-// fences, mbarriers with a bounded wait (CTA and cluster scope), expected transaction bytes and
-// remote arrivals, named-barrier arrival, cluster barriers, register reallocation between
-// warpgroups, cp.async with an L2 prefetch hint, TMA loads (2-D, multicast, 3-D) and stores, L2
-// policies, and the accumulator fragment layouts. Raw PTX, so the encodings tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are
+// fences, mbarriers with a bounded wait, named-barrier arrival, register reallocation between
+// warpgroups, cp.async with an L2 prefetch hint, TMA stores and L2 policies, and the accumulator
+// fragment layouts. Raw PTX, so the encodings tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are
 // exactly the ones written here.
 //
 // Shared-memory tile convention (the "128-byte-swizzle K-major" layout): a [rows x 64*P] bf16 tile
@@ -188,102 +187,6 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parit
       "DONE_%=:\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
-}
-
-/// The same wait with cluster-scope acquire semantics: for a barrier that threads of the other
-/// CTA of a cluster arrive on (remote arrivals with release.cluster), so that what they did before
-/// arriving is visible to what this thread does after (for instance, a TMA multicast into their
-/// shared memory).
-__device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\n.reg .u64 t0, t1;\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-      "@p bra DONE_%=;\n"
-      "mov.u64 t0, %%clock64;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-      "@p bra DONE_%=;\n"
-      "mov.u64 t1, %%clock64;\n"
-      "sub.u64 t1, t1, t0;\n"
-      "setp.lt.u64 p, t1, 17179869184;\n"
-      "@p bra WAIT_%=;\n"
-      "trap;\n"
-      "DONE_%=:\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-/// Arrives on `bar` and raises its expected transaction bytes by `bytes` (the TMA copies that
-/// complete on it count them down).
-__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-/// Arrives on `bar` where `pred` holds (one elected lane per warp), without a branch.
-__device__ __forceinline__ void mbar_arrive_if(std::uint32_t bar, bool pred) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
-               "r"(static_cast<int>(pred))
-               : "memory");
-}
-/// Where `pred` holds: arrives on `bar` of this CTA and on the barrier at the same offset in CTA
-/// `peer` of the cluster, both with cluster-scope release semantics (the producer that waits on
-/// either may then overwrite what this thread's warpgroup read).
-__device__ __forceinline__ void mbar_arrive_pair_if(std::uint32_t bar, std::uint32_t peer, bool pred) {
-  asm volatile(
-      "{\n.reg .pred p;\n.reg .b32 remote;\nsetp.ne.b32 p, %2, 0;\n"
-      "@p mbarrier.arrive.release.cluster.shared::cta.b64 _, [%0];\n"
-      "@p mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(peer), "r"(static_cast<int>(pred))
-      : "memory");
-}
-
-// ---- clusters
-/// This CTA's rank in its cluster.
-__device__ __forceinline__ std::uint32_t cluster_ctarank() {
-  std::uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-/// Arrival on the cluster barrier (release: this thread's earlier memory accesses, remote
-/// mbarrier arrivals included, are visible to the threads its wait releases).
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-/// Waits until every non-exited thread of the cluster has arrived.
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-
-// ---- TMA loads (tensor maps from __grid_constant__ parameters, completion on an mbarrier)
-/// Prefetches the tensor map at `map` (a kernel parameter) into the TMA unit's descriptor cache.
-__device__ __forceinline__ void tma_prefetch_map(const void* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
-}
-/// One box of a 2-D tensor at (c0, c1) into this CTA's shared memory at `dst`; completes on `bar`.
-__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const void* map, int c0, int c1, std::uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-/// The same box delivered to the shared memory of every CTA in `cta_mask` at the same offset
-/// `dst`, each completing on its own barrier at offset `bar`.
-__device__ __forceinline__ void tma_load_2d_multicast(std::uint32_t dst, const void* map, int c0, int c1, std::uint32_t bar,
-                                                      std::uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
-      "[%4], %5;\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
-      : "memory");
-}
-/// One box of a 3-D tensor at (c0, c1, c2) into shared memory at `dst` with an L2 policy;
-/// completes on `bar`.
-__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, int c0, int c1, int c2, std::uint32_t bar,
-                                            std::uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], "
-      "[%5], %6;\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
-      : "memory");
-}
-/// 16 zero bytes to shared memory at `dst`.
-__device__ __forceinline__ void st_shared_zero16(std::uint32_t dst) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0u) : "memory");
 }
 
 /// bar.arrive on named barrier `id` for `count` threads (the producer side of named_barrier).

@@ -61,7 +61,7 @@ std::vector<Row> table_a() {
   return rows;
 }
 
-/// A path by its name in SparseMlaPath ("automatic", "single_pass", "split_topk_bulk", ...).
+/// A path by its name in SparseMlaPath ("automatic", "single_pass", "split_topk", ...).
 struct NamedPath {
   const char* name;
   kernels::SparseMlaPath path;
@@ -73,15 +73,10 @@ constexpr NamedPath kPaths[] = {
     {"split_topk", kernels::SparseMlaPath::split_topk, "spgraph-split-topk"},
     {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
-    {"single_pass_bulk", kernels::SparseMlaPath::single_pass_bulk, "spgraph-single-pass-bulk"},
-    {"split_topk_bulk", kernels::SparseMlaPath::split_topk_bulk, "spgraph-split-topk-bulk"},
-    {"single_pass_multicast", kernels::SparseMlaPath::single_pass_multicast, "spgraph-single-pass-multicast"},
-    {"split_topk_multicast", kernels::SparseMlaPath::split_topk_multicast, "spgraph-split-topk-multicast"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
-  return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma ||
-         p == kernels::SparseMlaPath::split_topk_bulk || p == kernels::SparseMlaPath::split_topk_multicast;
+  return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma;
 }
 
 /// Splits "a,b,c" into its non-empty parts.
@@ -160,9 +155,11 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     const NamedPath* found = nullptr;
     for (const NamedPath& np : kPaths)
       if (name == np.name) found = &np;
-    if (found == nullptr) throw Error("bench: --paths: '" + name + "' is not a SparseMlaPath name (automatic, single_pass, "
-                                      "split_topk, single_pass_mma, split_topk_mma, single_pass_bulk, split_topk_bulk, "
-                                      "single_pass_multicast, split_topk_multicast)");
+    if (found == nullptr) {
+      std::string names;
+      for (const NamedPath& np : kPaths) names += std::string(names.empty() ? "" : ", ") + np.name;
+      throw Error("bench: --paths: '" + name + "' is not a SparseMlaPath name (" + names + ")");
+    }
     listed.push_back(found);
   }
   const std::vector<std::string> row_filters = split_list(opt.rows);
@@ -240,8 +237,8 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     // Default: every row also times the mma.sync single pass (the wgmma kernel's baseline); small
     // chunks also time the wgmma single pass and both split top-k kernels, to show what the
     // automatic choice buys. With --paths: the listed paths, split ones on the small chunks only
-    // (their fp32 partials at s_q 4096 are gigabytes), each kernel once per row (a multicast path
-    // at h_q 64 runs the TMA kernel its bulk path already timed).
+    // (their fp32 partials at s_q 4096 are gigabytes), each kernel once per row (a path whose plan
+    // names a kernel already timed on the row is skipped).
     std::vector<const NamedPath*> variants;
     if (listed.empty()) {
       variants.push_back(&kPaths[0]);
