@@ -73,10 +73,13 @@ constexpr NamedPath kPaths[] = {
     {"split_topk", kernels::SparseMlaPath::split_topk, "spgraph-split-topk"},
     {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
+    {"single_pass_cluster", kernels::SparseMlaPath::single_pass_cluster, "spgraph-single-pass-cluster"},
+    {"split_topk_cluster", kernels::SparseMlaPath::split_topk_cluster, "spgraph-split-topk-cluster"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
-  return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma;
+  return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma ||
+         p == kernels::SparseMlaPath::split_topk_cluster;
 }
 
 /// Splits "a,b,c" into its non-empty parts.
@@ -296,14 +299,18 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       reporter.add({"attention", row_name, variant, "tflops", tflops});
       reporter.add({"attention", row_name, variant, "kernel", static_cast<double>(static_cast<int>(t.plan.kernel))});
       reporter.add({"attention", row_name, variant, "num_splits", static_cast<double>(t.plan.num_splits)});
+      // CTAs the device holds at once: below the SM count for a cluster-pair kernel when a GPC
+      // has an SM no partner can pair with.
+      const int resident = kernels::SparseMla::resident_ctas(t.args);
+      reporter.add({"attention", row_name, variant, "resident_ctas", static_cast<double>(resident)});
       if (rounds > 1)
         for (int r = 0; r < rounds; ++r)
           reporter.add({"attention", row_name, variant, "gpu_us_round" + std::to_string(r), t.us[static_cast<std::size_t>(r)]});
       char path_s[16];
       std::snprintf(path_s, sizeof path_s, t.plan.split ? "x%d" : "1", t.plan.num_splits);
-      std::printf("%-18s %6d %4d %5d %6d %5d %17s %6s %9.1f %9.1f %11.1f %7.3f  %s\n", row.label, row.d_qk, row.h_q,
-                  row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(t.plan.kernel), path_s, us, tflops,
-                  row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant);
+      std::printf("%-18s %6d %4d %5d %6d %5d %17s %6s %9.1f %9.1f %11.1f %7.3f  %s (%d resident CTAs)\n", row.label,
+                  row.d_qk, row.h_q, row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(t.plan.kernel), path_s, us,
+                  tflops, row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant, resident);
       std::fflush(stdout);
       summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us});
     }
