@@ -59,14 +59,20 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
     case SparseMlaPath::single_pass_cluster:
       plan.kernel = head_pairs ? SparseMlaKernel::wgmma_cluster_single_pass : SparseMlaKernel::wgmma_single_pass;
       break;
+    case SparseMlaPath::single_pass_q_tma:
+      plan.kernel = SparseMlaKernel::wgmma_q_tma_single_pass;
+      break;
     case SparseMlaPath::split_topk:
     case SparseMlaPath::split_topk_mma:
-    case SparseMlaPath::split_topk_cluster: {
+    case SparseMlaPath::split_topk_cluster:
+    case SparseMlaPath::split_topk_q_tma: {
       plan.split = true;
       if (a.path == SparseMlaPath::split_topk_mma) {
         plan.kernel = SparseMlaKernel::mma_split_topk;
       } else if (a.path == SparseMlaPath::split_topk_cluster && head_pairs) {
         plan.kernel = SparseMlaKernel::wgmma_cluster_split_topk;
+      } else if (a.path == SparseMlaPath::split_topk_q_tma) {
+        plan.kernel = SparseMlaKernel::wgmma_q_tma_split_topk;
       } else {
         plan.kernel = SparseMlaKernel::wgmma_split_topk;
       }
@@ -99,7 +105,13 @@ bool is_cluster_pair(SparseMlaKernel k) noexcept {
 
 /// The wgmma single passes write out themselves, with TMA stores (the splits write partials).
 bool writes_out_with_tma(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_cluster_single_pass;
+  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_cluster_single_pass ||
+         k == SparseMlaKernel::wgmma_q_tma_single_pass;
+}
+
+/// The kernels that read q through a tensor map.
+bool reads_q_with_tma(SparseMlaKernel k) noexcept {
+  return k == SparseMlaKernel::wgmma_q_tma_single_pass || k == SparseMlaKernel::wgmma_q_tma_split_topk;
 }
 
 std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
@@ -130,6 +142,19 @@ cudaError_t launch_attention(const detail::SparseMlaParams& p, const CUtensorMap
   } else {
     detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, smem, stream>>>(p);
   }
+  return cudaGetLastError();
+}
+
+/// The wgmma kernel with Q by TMA; its shared-memory opt-in is made once per device.
+template <int D>
+cudaError_t launch_q_tma_attention(const detail::SparseMlaParams& p, const CUtensorMap& out_map, const CUtensorMap& q_map,
+                                   unsigned grid, const DeviceInfo& info, cudaStream_t stream) noexcept {
+  static std::atomic<std::uint64_t> smem_allowed{0};
+  constexpr int smem = detail::WgmmaSmem<D>::kAlloc;
+  const auto kernel = &detail::sparse_mla_wgmma_q_tma_kernel<D>;
+  const cudaError_t status = allow_dynamic_smem_once(reinterpret_cast<const void*>(kernel), smem, info, smem_allowed);
+  if (status != cudaSuccess) return status;
+  kernel<<<grid, detail::kWgmmaThreads, smem, stream>>>(p, out_map, q_map);
   return cudaGetLastError();
 }
 
@@ -224,6 +249,23 @@ cudaError_t encode_out_map(CUtensorMap& map, __nv_bfloat16* out, int h_q, int s_
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+/// `q` as a 3-D bf16 tensor {d_qk columns, h_q heads, s_q tokens} (tokens `token_stride` elements
+/// apart) in boxes of 64 columns x 64 heads x 1 token, 128B swizzled: one box is one 8 KB panel of
+/// a CTA's Q tile. Host-only work, so it can run during capture.
+cudaError_t encode_q_map(CUtensorMap& map, const __nv_bfloat16* q, int d_qk, int h_q, int s_q, std::int64_t token_stride) noexcept {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d_qk), static_cast<cuuint64_t>(h_q), static_cast<cuuint64_t>(s_q)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(d_qk) * sizeof(__nv_bfloat16),
+                                 static_cast<cuuint64_t>(token_stride) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[3] = {64, 64, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(q), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 /// TMA strides must stay below 2^40 bytes (cuTensorMapEncodeTiled).
 constexpr std::int64_t kTmaStrideBytesLimit = std::int64_t{1} << 40;
 
@@ -272,12 +314,12 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   SPG_EXPECTS(aligned(a.max_logits, 4) && aligned(a.lse, 4), "max_logits and lse must be 4-byte aligned");
   SPG_EXPECTS(std::isfinite(a.sm_scale), "sm_scale = " << a.sm_scale << " must be finite");
   SPG_EXPECTS(static_cast<int>(a.path) >= static_cast<int>(SparseMlaPath::automatic) &&
-                  static_cast<int>(a.path) <= static_cast<int>(SparseMlaPath::split_topk_cluster),
+                  static_cast<int>(a.path) <= static_cast<int>(SparseMlaPath::split_topk_q_tma),
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
   const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma ||
-                      a.path == SparseMlaPath::single_pass_cluster;
+                      a.path == SparseMlaPath::single_pass_cluster || a.path == SparseMlaPath::single_pass_q_tma;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
   SPG_EXPECTS(std::int64_t{a.s_q} * a.h_q <= std::numeric_limits<std::int32_t>::max(),
@@ -310,10 +352,18 @@ int SparseMla::resident_ctas(const SparseMlaArgs& args) {
     return ctas;
   }
   const bool wgmma = is_wgmma(p.kernel);
-  const void* kernel = wgmma ? (args.d_qk == 512 ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<512>)
-                                                 : reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<576>))
-                             : (args.d_qk == 512 ? reinterpret_cast<const void*>(&detail::sparse_mla_kernel<512>)
-                                                 : reinterpret_cast<const void*>(&detail::sparse_mla_kernel<576>));
+  const bool d512 = args.d_qk == 512;
+  const void* kernel = nullptr;
+  if (reads_q_with_tma(p.kernel)) {
+    kernel = d512 ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_q_tma_kernel<512>)
+                  : reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_q_tma_kernel<576>);
+  } else if (wgmma) {
+    kernel = d512 ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<512>)
+                  : reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<576>);
+  } else {
+    kernel = d512 ? reinterpret_cast<const void*>(&detail::sparse_mla_kernel<512>)
+                  : reinterpret_cast<const void*>(&detail::sparse_mla_kernel<576>);
+  }
   const int threads = wgmma ? detail::kWgmmaThreads : detail::kMlaThreads;
   const int smem = wgmma ? (args.d_qk == 512 ? detail::WgmmaSmem<512>::kAlloc : detail::WgmmaSmem<576>::kAlloc)
                          : (args.d_qk == 512 ? detail::MlaSmem<512>::kBytes : detail::MlaSmem<576>::kBytes);
@@ -357,6 +407,11 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
     status = encode_out_map(out_map, a.out, a.h_q, a.s_q, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
+  CUtensorMap q_map{};  // the Q-by-TMA kernels' loads of q
+  if (reads_q_with_tma(plan.kernel)) {
+    status = encode_q_map(q_map, a.q, a.d_qk, a.h_q, a.s_q, p.q_token_stride);
+    if (status != cudaSuccess) return status;
+  }
   if (plan.split) {
     auto* base = static_cast<unsigned char*>(workspace);
     p.part_o = reinterpret_cast<float*>(base);
@@ -376,6 +431,9 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   if (is_cluster_pair(plan.kernel)) {
     status = a.d_qk == 512 ? launch_cluster_attention<512>(p, out_map, grid, info, stream)
                            : launch_cluster_attention<576>(p, out_map, grid, info, stream);
+  } else if (reads_q_with_tma(plan.kernel)) {
+    status = a.d_qk == 512 ? launch_q_tma_attention<512>(p, out_map, q_map, grid, info, stream)
+                           : launch_q_tma_attention<576>(p, out_map, q_map, grid, info, stream);
   } else {
     const auto launch = [&](auto wgmma_tag) {
       constexpr bool kWgmma = decltype(wgmma_tag)::value;

@@ -46,6 +46,10 @@ enum class SparseMlaPath : std::int32_t {
   /// kernel.
   single_pass_cluster = 5,
   split_topk_cluster = 6,  ///< the same over top-k slices + the merge kernel (h_q 64: split_topk's kernel)
+  /// The wgmma single pass with the CTA's Q tile loaded as TMA boxes by one producer thread
+  /// instead of 16-byte cp.async by all 128 (sm_90 only; `automatic` does not pick it yet).
+  single_pass_q_tma = 7,
+  split_topk_q_tma = 8,  ///< the same over top-k slices + the merge kernel
 };
 
 /// @brief The kernel(s) a plan launches.
@@ -61,10 +65,13 @@ enum class SparseMlaKernel : std::int32_t {
   /// forwarding it to the other through distributed shared memory.
   wgmma_cluster_single_pass = 4,
   wgmma_cluster_split_topk = 5,  ///< the same per (token, slice) pair of CTAs + merge kernel
+  /// The wgmma kernel with Q loaded by TMA.
+  wgmma_q_tma_single_pass = 6,
+  wgmma_q_tma_split_topk = 7,  ///< the same, one CTA per (token, 64 heads, slice) + merge kernel
 };
 
 /// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split", "wgmma-cluster",
-/// "wgmma-cluster-split"), for logs and benchmark tables.
+/// "wgmma-cluster-split", "wgmma-qtma", "wgmma-qtma-split"), for logs and benchmark tables.
 constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
   switch (k) {
     case SparseMlaKernel::wgmma_single_pass: return "wgmma";
@@ -73,6 +80,8 @@ constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
     case SparseMlaKernel::mma_split_topk: return "mma-split";
     case SparseMlaKernel::wgmma_cluster_single_pass: return "wgmma-cluster";
     case SparseMlaKernel::wgmma_cluster_split_topk: return "wgmma-cluster-split";
+    case SparseMlaKernel::wgmma_q_tma_single_pass: return "wgmma-qtma";
+    case SparseMlaKernel::wgmma_q_tma_split_topk: return "wgmma-qtma-split";
   }
   return "?";
 }
@@ -106,8 +115,8 @@ struct SparseMlaArgs {
   /// least h_q * 512 and a multiple of 8. max_logits and lse stay contiguous [s_q, h_q].
   std::int64_t out_token_stride{0};
   SparseMlaPath path{SparseMlaPath::automatic};
-  /// split paths only (split_topk, split_topk_mma, split_topk_cluster): number of top-k slices;
-  /// 0 lets the shape choose.
+  /// split paths only (split_topk, split_topk_mma, split_topk_cluster, split_topk_q_tma): number
+  /// of top-k slices; 0 lets the shape choose.
   int num_splits{0};
 };
 
@@ -154,7 +163,8 @@ struct SparseMla {
   ///        the launches, or without launching: cudaErrorInvalidDevice when the plan's kernel is
   ///        a wgmma kernel and the device is not compute capability 9.0, cudaErrorNotSupported
   ///        when the driver does not provide cuTensorMapEncodeTiled (the wgmma single passes write
-  ///        out with TMA stores), cudaErrorInvalidValue when it rejects out's tensor map; a
+  ///        out with TMA stores, the Q-by-TMA kernels read q through one), cudaErrorInvalidValue
+  ///        when it rejects a tensor map; a
   ///        cluster-pair kernel's launch error (e.g. cudaErrorClusterOutOfResources) as the launch
   ///        returns it.
   static cudaError_t run(const SparseMlaArgs& args, void* workspace, cudaStream_t stream) noexcept;

@@ -3,7 +3,8 @@
 // one CTA per work item on a 1-D grid of s_q * (h_q / 64) * num_splits CTAs; an item is (token,
 // 64 heads, top-k slice), and the single pass has one slice. 384 threads = 3 warpgroups with
 // specialized roles. The kernels share the consumer code and differ in how the producer fills
-// shared memory (WgmmaFill): the cp.async kernel as described next; the cluster-pair kernel
+// shared memory (WgmmaFill): the cp.async kernel as described next; its Q-by-TMA form, the same
+// with the CTA's Q tile loaded as TMA boxes by one producer thread; the cluster-pair kernel
 // (h_q 128) runs the token's two head groups as a cluster of two CTAs, each gathering half of
 // every block and forwarding it to the other through distributed shared memory (see
 // wgmma_cluster_producer).
@@ -99,6 +100,10 @@ enum class WgmmaFill : int {
   /// bulk copies, so each kv row leaves L2 once per token (wgmma_cluster_single_pass /
   /// wgmma_cluster_split_topk; launched with a cluster dimension of 2).
   cluster_pair = 1,
+  /// As cp_async, but the CTA's Q tile comes as TMA boxes of 64 heads x 64 columns (one per
+  /// panel, 128B swizzled: the tile layout of wgmma_sm90.cuh), issued by one producer thread
+  /// behind the same two half barriers (wgmma_q_tma_single_pass / wgmma_q_tma_split_topk).
+  q_tma = 2,
 };
 
 /// Where work item `item` sits: its token, first of its 64 heads and top-k slice. Items run
@@ -344,10 +349,13 @@ __device__ __forceinline__ void wgmma_cluster_producer(const SparseMlaParams& p,
 }
 
 /// The kernel body of every fill mode.
+/// `q_map` (q as {d_qk, h_q, s_q} in 64 x 64 boxes) is read by the q_tma mode only.
 template <int D, WgmmaFill F>
-__device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const CUtensorMap* out_map) {
+__device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const CUtensorMap* out_map,
+                                                [[maybe_unused]] const CUtensorMap* q_map) {
   using L = WgmmaSmem<D>;
   constexpr bool kPair = F == WgmmaFill::cluster_pair;
+  constexpr bool kQTma = F == WgmmaFill::q_tma;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   const std::uint32_t sb = smem_addr(sm);
@@ -366,7 +374,7 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
       for (int i = 4; i < 8; ++i) mbar_init(bar_base + 8u * i, 8);
       for (int i = 8; i < 14; ++i) mbar_init(bar_base + 8u * i, 64);
     } else {
-      for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, 128);
+      for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, (kQTma && i >= 8) ? 1 : 128);  // Q by TMA: one issuer + bytes
     }
     mbar_init_fence();
   }
@@ -402,16 +410,29 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
     const __nv_bfloat16* qsrc = p.q + static_cast<std::int64_t>(token) * p.q_token_stride + head0 * D + c8 * 8;
     const std::uint64_t q_policy = l2_evict_first();  // each Q row is read by one CTA only
     auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
+      if constexpr (kQTma) {
+        // One thread: the half's bytes announced, then one box per panel (64 heads x 64 columns
+        // of this token), which the TMA unit writes 128B-swizzled into the panel.
+        if (x == 0) {
+          mbar_arrive_expect_tx(bar, static_cast<std::uint32_t>(pn1 - pn0) * 8192u);
+          for (int pn = pn0; pn < pn1; ++pn)
+            tma_load_3d(sb + L::kOffQ + pn * 8192, q_map, pn * 64, head0, token, bar, q_policy);
+        }
+      } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = rsub + 16 * i;
-        const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+        for (int i = 0; i < 4; ++i) {
+          const int r = rsub + 16 * i;
+          const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-        for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
+          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
+        }
+        mbar_arrive_on_cp_async(bar);
+        mbar_arrive(bar);
       }
-      mbar_arrive_on_cp_async(bar);
-      mbar_arrive(bar);
     };
+    if constexpr (kQTma) {
+      if (x == 0) tma_prefetch_map(q_map);
+    }
     if (n_pairs > 0) load_q(0, 4, q_bar_left);
     const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
     // The index values of pair `pr` (-1 past the slice's valid part, which is never read, nor
@@ -804,7 +825,16 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
 template <int D>
 __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
                                                                               const __grid_constant__ CUtensorMap out_map) {
-  wgmma_attention<D, WgmmaFill::cp_async>(p, &out_map);
+  wgmma_attention<D, WgmmaFill::cp_async>(p, &out_map, nullptr);
+}
+
+/// The cp.async kernel with Q by TMA (SparseMlaKernel::wgmma_q_tma_single_pass,
+/// wgmma_q_tma_split_topk).
+template <int D>
+__global__ void __launch_bounds__(kWgmmaThreads, 1)
+    sparse_mla_wgmma_q_tma_kernel(const __grid_constant__ SparseMlaParams p, const __grid_constant__ CUtensorMap out_map,
+                                  const __grid_constant__ CUtensorMap q_map) {
+  wgmma_attention<D, WgmmaFill::q_tma>(p, &out_map, &q_map);
 }
 
 /// The cluster-pair kernel (SparseMlaKernel::wgmma_cluster_single_pass, wgmma_cluster_split_topk;
@@ -812,7 +842,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 template <int D>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     sparse_mla_wgmma_cluster_kernel(const __grid_constant__ SparseMlaParams p, const __grid_constant__ CUtensorMap out_map) {
-  wgmma_attention<D, WgmmaFill::cluster_pair>(p, &out_map);
+  wgmma_attention<D, WgmmaFill::cluster_pair>(p, &out_map, nullptr);
 }
 
 

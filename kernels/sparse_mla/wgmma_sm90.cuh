@@ -3,8 +3,8 @@
 // fences, mbarriers with a bounded wait (CTA and cluster scope), expected transaction bytes and
 // remote arrivals, named-barrier arrival, cluster barriers and shared::cluster addresses,
 // shared-to-shared bulk copies between the CTAs of a cluster, register reallocation between
-// warpgroups, cp.async with an L2 prefetch hint, TMA stores and L2 policies, and the accumulator
-// fragment layouts. Raw PTX, so the encodings tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are
+// warpgroups, cp.async with an L2 prefetch hint, 3-D TMA loads and stores and L2 policies, and the
+// accumulator fragment layouts. Raw PTX, so the encodings tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are
 // exactly the ones written here.
 //
 // Shared-memory tile convention (the "128-byte-swizzle K-major" layout): a [rows x 64*P] bf16 tile
@@ -260,6 +260,22 @@ __device__ __forceinline__ void bulk_copy_to_cluster(std::uint32_t dst, std::uin
   asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                "r"(src), "r"(bytes), "r"(bar)
                : "memory");
+}
+
+// ---- TMA loads (tensor maps from __grid_constant__ parameters, completion on an mbarrier)
+/// Prefetches the tensor map at `map` (a kernel parameter) into the TMA unit's descriptor cache.
+__device__ __forceinline__ void tma_prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+/// One box of a 3-D tensor at (c0, c1, c2) into this CTA's shared memory at `dst` with an L2
+/// policy; completes its bytes on `bar`.
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, int c0, int c1, int c2, std::uint32_t bar,
+                                            std::uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], "
+      "[%5], %6;\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
+      : "memory");
 }
 
 /// bar.arrive on named barrier `id` for `count` threads (the producer side of named_barrier).

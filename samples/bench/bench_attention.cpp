@@ -75,11 +75,13 @@ constexpr NamedPath kPaths[] = {
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
     {"single_pass_cluster", kernels::SparseMlaPath::single_pass_cluster, "spgraph-single-pass-cluster"},
     {"split_topk_cluster", kernels::SparseMlaPath::split_topk_cluster, "spgraph-split-topk-cluster"},
+    {"single_pass_q_tma", kernels::SparseMlaPath::single_pass_q_tma, "spgraph-single-pass-q-tma"},
+    {"split_topk_q_tma", kernels::SparseMlaPath::split_topk_q_tma, "spgraph-split-topk-q-tma"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
   return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma ||
-         p == kernels::SparseMlaPath::split_topk_cluster;
+         p == kernels::SparseMlaPath::split_topk_cluster || p == kernels::SparseMlaPath::split_topk_q_tma;
 }
 
 /// Splits "a,b,c" into its non-empty parts.

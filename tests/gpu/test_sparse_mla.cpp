@@ -272,6 +272,8 @@ k::SparseMlaKernel expected_kernel(k::SparseMlaPath path, int h_q) {
       return h_q == 128 ? k::SparseMlaKernel::wgmma_cluster_single_pass : k::SparseMlaKernel::wgmma_single_pass;
     case k::SparseMlaPath::split_topk_cluster:
       return h_q == 128 ? k::SparseMlaKernel::wgmma_cluster_split_topk : k::SparseMlaKernel::wgmma_split_topk;
+    case k::SparseMlaPath::single_pass_q_tma: return k::SparseMlaKernel::wgmma_q_tma_single_pass;
+    case k::SparseMlaPath::split_topk_q_tma: return k::SparseMlaKernel::wgmma_q_tma_split_topk;
     case k::SparseMlaPath::automatic: break;
   }
   return k::SparseMlaKernel::wgmma_single_pass;
@@ -301,14 +303,16 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
 }
 
 /// Every kernel, by its explicit path: the wgmma kernel (single pass and split), its cluster-pair
-/// form (h_q 128; at h_q 64 those paths run the wgmma kernel) and the mma.sync kernels.
+/// form (h_q 128; at h_q 64 those paths run the wgmma kernel), its Q-by-TMA form and the mma.sync
+/// kernels.
 const std::vector<k::SparseMlaPath> kAllKernels = {
-    k::SparseMlaPath::single_pass,         k::SparseMlaPath::split_topk,         k::SparseMlaPath::single_pass_mma,
-    k::SparseMlaPath::split_topk_mma,      k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster};
+    k::SparseMlaPath::single_pass,         k::SparseMlaPath::split_topk,          k::SparseMlaPath::single_pass_mma,
+    k::SparseMlaPath::split_topk_mma,      k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster,
+    k::SparseMlaPath::single_pass_q_tma,   k::SparseMlaPath::split_topk_q_tma};
 
 bool is_split(k::SparseMlaPath path) {
   return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma ||
-         path == k::SparseMlaPath::split_topk_cluster;
+         path == k::SparseMlaPath::split_topk_cluster || path == k::SparseMlaPath::split_topk_q_tma;
 }
 
 /// `p` with kv rows re-laid at `stride` elements; the padding past d_qk holds NaN, so a kernel
@@ -400,9 +404,13 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
             if (chosen != k::SparseMlaKernel::wgmma_single_pass) paths.push_back(k::SparseMlaPath::single_pass);
             if (chosen != k::SparseMlaKernel::wgmma_split_topk && s_q == 1) paths.push_back(k::SparseMlaPath::split_topk);
             if (s_q == 1) paths.push_back(k::SparseMlaPath::split_topk_mma);
-            // The cluster-pair kernel on every case, its split at s_q 1.
+            // The cluster-pair and Q-by-TMA kernels on every case, their splits at s_q 1.
             paths.push_back(k::SparseMlaPath::single_pass_cluster);
-            if (s_q == 1) paths.push_back(k::SparseMlaPath::split_topk_cluster);
+            paths.push_back(k::SparseMlaPath::single_pass_q_tma);
+            if (s_q == 1) {
+              paths.push_back(k::SparseMlaPath::split_topk_cluster);
+              paths.push_back(k::SparseMlaPath::split_topk_q_tma);
+            }
             check_problem(p, paths, stream.get());
           }
         }
@@ -491,7 +499,8 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
   };
   for (const Pair& pair : {Pair{k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma, true},
                            Pair{k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk, false},
-                           Pair{k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster, false}}) {
+                           Pair{k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster, false},
+                           Pair{k::SparseMlaPath::single_pass_q_tma, k::SparseMlaPath::split_topk_q_tma, false}}) {
     for (const int d_qk : {512, 576}) {
       const Problem p = make_problem({d_qk, 128, 5003, 1024, 29},
                                      {.sink = true, .topk_length = true, .extra_invalid = 0.02}, 777 + d_qk);
@@ -745,7 +754,8 @@ TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][s
       check_problem(with_stride(base, d_qk + extra),
                     {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk,
                      k::SparseMlaPath::split_topk_mma, k::SparseMlaPath::single_pass_cluster,
-                     k::SparseMlaPath::split_topk_cluster},
+                     k::SparseMlaPath::split_topk_cluster, k::SparseMlaPath::single_pass_q_tma,
+                     k::SparseMlaPath::split_topk_q_tma},
                     stream.get(), 4);
     }
   }
@@ -826,40 +836,51 @@ TEST_CASE("sparse_mla: q and out at padded token strides: bit-identical, padding
   }
 }
 
-TEST_CASE("sparse_mla: the cluster-pair kernel equals the cp.async kernel bit for bit", "[gpu][sparse_mla]") {
-  // Same tiles in shared memory (each CTA's half of a block gathered by it, the other half
-  // forwarded by its partner, masked rows zero-filled by whichever CTA owns them), same mask
-  // entries, same consumer code: out, max_logits and lse must be identical, single pass against
-  // single pass and split against split with the same slices. Masked rows of every kind,
-  // topk_length, an odd and an even block count, padded kv rows (NaN padding), tokens past
-  // num_tokens, and several waves of CTAs.
+TEST_CASE("sparse_mla: the cluster-pair and Q-by-TMA kernels equal the cp.async kernel bit for bit", "[gpu][sparse_mla]") {
+  // Same tiles in shared memory (cluster pair: each CTA's half of a block gathered by it, the other
+  // half forwarded by its partner, masked rows zero-filled by whichever CTA owns them; Q by TMA:
+  // the TMA unit's 128B swizzle is the tile layout), same mask entries, same consumer code: out,
+  // max_logits and lse must be identical, single pass against single pass and split against split
+  // with the same slices. Masked rows of every kind, topk_length, an odd and an even block count,
+  // padded kv rows (NaN padding), tokens past num_tokens, and several waves of CTAs; the cluster
+  // pair at h_q 128 (at 64 its paths run the cp.async kernel), Q by TMA at both head counts.
   spg::memory::Stream stream;
   std::uint64_t seed = 9900;
+  struct Twin {
+    k::SparseMlaPath base;
+    k::SparseMlaPath path;
+  };
   for (const int d_qk : {512, 576}) {
-    for (const int topk : {320, 1024}) {
-      Problem p = with_stride(
-          make_problem({d_qk, 128, 2999, topk, 167}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, ++seed),
-          d_qk + 24);
-      p.num_tokens = 161;
-      for (const auto& [base_path, path] :
-           {std::pair{k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_cluster},
-            std::pair{k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_cluster}}) {
-        DeviceProblem base(p, base_path, 3);
-        const Outputs want = run_mode(base, Mode::eager, stream.get());
-        DeviceProblem d(p, path, 3);
-        const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
-        REQUIRE(plan.kernel == expected_kernel(path, 128));
-        REQUIRE(plan.num_splits == k::SparseMla::plan(base.args).num_splits);
-        for (const Mode mode : {Mode::eager, Mode::graph}) {
-          const Outputs got = run_mode(d, mode, stream.get());
-          std::size_t out_off = 0;
-          for (std::size_t i = 0; i < got.out.size(); ++i) out_off += got.out[i] != want.out[i];
-          const bool stats_equal = std::memcmp(got.max_logits.data(), want.max_logits.data(), got.lse.size() * 4) == 0 &&
-                                   std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4) == 0;
-          INFO(describe(p) << plan_name(plan) << " against" << plan_name(k::SparseMla::plan(base.args)) << " "
-                           << mode_name(mode) << ": " << out_off << " out elements differ");
-          CHECK(out_off == 0);
-          CHECK(stats_equal);
+    for (const int h_q : {64, 128}) {
+      for (const int topk : {320, 1024}) {
+        Problem p = with_stride(
+            make_problem({d_qk, h_q, 2999, topk, 167}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, ++seed),
+            d_qk + 24);
+        p.num_tokens = 161;
+        std::vector<Twin> twins = {{k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_q_tma},
+                                   {k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_q_tma}};
+        if (h_q == 128) {
+          twins.push_back({k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_cluster});
+          twins.push_back({k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_cluster});
+        }
+        for (const Twin& twin : twins) {
+          DeviceProblem base(p, twin.base, 3);
+          const Outputs want = run_mode(base, Mode::eager, stream.get());
+          DeviceProblem d(p, twin.path, 3);
+          const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
+          REQUIRE(plan.kernel == expected_kernel(twin.path, h_q));
+          REQUIRE(plan.num_splits == k::SparseMla::plan(base.args).num_splits);
+          for (const Mode mode : {Mode::eager, Mode::graph}) {
+            const Outputs got = run_mode(d, mode, stream.get());
+            std::size_t out_off = 0;
+            for (std::size_t i = 0; i < got.out.size(); ++i) out_off += got.out[i] != want.out[i];
+            const bool stats_equal = std::memcmp(got.max_logits.data(), want.max_logits.data(), got.lse.size() * 4) == 0 &&
+                                     std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4) == 0;
+            INFO(describe(p) << plan_name(plan) << " against" << plan_name(k::SparseMla::plan(base.args)) << " "
+                             << mode_name(mode) << ": " << out_off << " out elements differ");
+            CHECK(out_off == 0);
+            CHECK(stats_equal);
+          }
         }
       }
     }
