@@ -185,9 +185,11 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     double us;
     double tflops;
     double flashmla_us;
+    int resident;    ///< CTAs resident at once
+    double auto_us;  ///< the row's automatic variant, 0 when it was not timed
   };
   std::vector<Summary> summary;
-  std::printf("%-18s %6s %4s %5s %6s %5s %17s %6s %9s %9s %11s %7s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
+  std::printf("%-18s %6s %4s %5s %6s %5s %19s %6s %9s %9s %11s %7s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
               "kernel", "split", "gpu_us", "TFLOP/s", "FlashMLA_us", "ratio");
   for (const Row& row : table_a()) {
     if (opt.quick && !row.quick) continue;
@@ -310,22 +312,31 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
           reporter.add({"attention", row_name, variant, "gpu_us_round" + std::to_string(r), t.us[static_cast<std::size_t>(r)]});
       char path_s[16];
       std::snprintf(path_s, sizeof path_s, t.plan.split ? "x%d" : "1", t.plan.num_splits);
-      std::printf("%-18s %6d %4d %5d %6d %5d %17s %6s %9.1f %9.1f %11.1f %7.3f  %s (%d resident CTAs)\n", row.label,
+      std::printf("%-18s %6d %4d %5d %6d %5d %19s %6s %9.1f %9.1f %11.1f %7.3f  %s (%d resident CTAs)\n", row.label,
                   row.d_qk, row.h_q, row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(t.plan.kernel), path_s, us,
                   tflops, row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant, resident);
       std::fflush(stdout);
-      summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us});
+      summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us,
+                         resident, 0.0});
     }
+    // The row's automatic figure, for each variant's A/B ratio in the summary.
+    const auto row_begin = summary.end() - static_cast<std::ptrdiff_t>(timed.size());
+    double auto_us = 0.0;
+    for (auto it = row_begin; it != summary.end(); ++it)
+      if (it->variant == kPaths[0].variant) auto_us = it->us;
+    for (auto it = row_begin; it != summary.end(); ++it) it->auto_us = auto_us;
   }
   // The short table: one line per (row, variant); ratio = FlashMLA time / spgraph time (above 1:
   // spgraph faster), against the FlashMLA figures of 2026-12-01 (Row::flashmla_us).
   std::printf("== attention summary (%s, %d round%s; FlashMLA: 9241ae3, H200, 2026-12-01, sustained)\n", timing, rounds,
               rounds == 1 ? "" : "s");
-  std::printf("%-28s %-30s %-17s %10s %9s %11s %7s\n", "row", "variant", "kernel", "median_us", "TFLOP/s", "FlashMLA_us",
-              "ratio");
+  // vs_auto = the row's automatic time / this variant's time (above 1: faster than automatic).
+  std::printf("%-28s %-30s %-19s %10s %9s %11s %7s %7s %8s\n", "row", "variant", "kernel", "median_us", "TFLOP/s",
+              "FlashMLA_us", "ratio", "vs_auto", "resident");
   for (const Summary& r : summary)
-    std::printf("%-28s %-30s %-17s %10.1f %9.1f %11.1f %7.3f\n", r.row.c_str(), r.variant.c_str(), r.kernel.c_str(), r.us,
-                r.tflops, r.flashmla_us, r.flashmla_us > 0 ? r.flashmla_us / r.us : 0.0);
+    std::printf("%-28s %-30s %-19s %10.1f %9.1f %11.1f %7.3f %7.3f %8d\n", r.row.c_str(), r.variant.c_str(), r.kernel.c_str(),
+                r.us, r.tflops, r.flashmla_us, r.flashmla_us > 0 ? r.flashmla_us / r.us : 0.0,
+                r.auto_us > 0 ? r.auto_us / r.us : 0.0, r.resident);
   std::printf("== end of attention summary\n");
   std::fflush(stdout);
 }
