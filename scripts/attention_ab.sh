@@ -2,22 +2,28 @@
 # A/B of the sparse attention kernels on the GPU machine, in one device call (issue 15):
 #   1. the [sparse_mla] GPU tests (every kernel path, eager and graph-replayed),
 #   2. compute-sanitizer memcheck on the sanitizer problem (the test case that runs every
-#      attention kernel, the TMA-gather and cluster-multicast ones included, on one small problem),
+#      attention kernel on one small problem),
 #   3. table A with every variant timed in rotating order over several rounds (bench --paths
 #      --rounds: each round starts one variant later, so each variant sees the same power history;
 #      sustained timing, 25 ms warm-up and >= 100 ms timed per variant and round),
-# then prints a short table last: row, variant, median us, TFLOP/s, ratio to FlashMLA's figure of
-# 2026-12-01 (docs/benchmarks.md, table A; the figures are constants in samples/bench/bench_attention.cpp).
+# then prints a short table last: row, variant, kernel, median us, TFLOP/s, ratio to FlashMLA's
+# figure of 2026-12-01 (docs/benchmarks.md, table A; the figures are constants in
+# samples/bench/bench_attention.cpp), vs_auto (the row's automatic time / the variant's: the A/B)
+# and the CTAs the device holds at once (a cluster pair needs two free SMs of one GPC).
 #
 # usage: scripts/attention_ab.sh BIN_DIR [--rows LIST] [--rounds N] [--paths LIST] [--skip-tests]
 #   BIN_DIR   holds spgraph_gpu_tests and bench, built for sm_90a; run from the repository root
 #   --rows    table A rows whose name contains one of the comma-separated parts (default: all 18)
 #   --rounds  timing rounds per row (default 2)
-#   --paths   SparseMlaPath names to time (default below)
+#   --paths   SparseMlaPath names to time (default below: automatic, the cp.async single pass and
+#             split, their cluster-pair and Q-by-TMA forms; a path whose plan repeats a kernel
+#             already timed on a row is skipped, e.g. single_pass on the long rows, the cluster
+#             paths at h_q 64)
 #   --skip-tests  only the benchmark
 # Writes under $OUT (default /tmp/attention_ab): tests.log, memcheck.log, bench.log,
-# attention_ab.json. Expected: ~1.5-3 min of tests, under 1 min of memcheck, ~1 min of bench;
-# each step has its own time limit (180 s, 60 s, 100 s), so the script ends within 6 minutes.
+# attention_ab.json. Expected on the H200: ~1.5 min of tests, under 1 min of memcheck, ~1 min of
+# bench (2 rounds); each step has its own time limit (140 s, 60 s, 90 s), so the script ends
+# within 5 minutes (with --skip-tests within 1.5).
 set -uo pipefail
 
 if [[ $# -lt 1 || ! -d $1 ]]; then
@@ -28,7 +34,7 @@ BIN=$1
 shift
 ROWS=""
 ROUNDS=2
-PATHS=automatic,single_pass,single_pass_bulk,single_pass_multicast,split_topk,split_topk_bulk,split_topk_multicast
+PATHS=automatic,single_pass,single_pass_cluster,single_pass_q_tma,split_topk,split_topk_cluster,split_topk_q_tma
 SKIP_TESTS=0
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -51,7 +57,7 @@ memcheck_rc=skipped
 start=$SECONDS
 if [[ $SKIP_TESTS -eq 0 ]]; then
   echo "== [sparse_mla] GPU tests"
-  timeout 180 "$BIN/spgraph_gpu_tests" "[sparse_mla]" --reporter compact --durations yes >"$OUT/tests.log" 2>&1
+  timeout 140 "$BIN/spgraph_gpu_tests" "[sparse_mla]" --reporter compact --durations yes >"$OUT/tests.log" 2>&1
   tests_rc=$?
   tail -n 3 "$OUT/tests.log"
   echo "   rc $tests_rc, $((SECONDS - start)) s"
@@ -80,7 +86,7 @@ bench_args=(--tables A --paths "$PATHS" --rounds "$ROUNDS" --json "$OUT/attentio
 [[ -n $ROWS ]] && bench_args+=(--rows "$ROWS")
 commit=$(cat "$BIN/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 SPGRAPH_COMMIT=${SPGRAPH_COMMIT:-$commit} \
-  timeout 100 "$BIN/bench" "${bench_args[@]}" >"$OUT/bench.log" 2>&1
+  timeout 90 "$BIN/bench" "${bench_args[@]}" >"$OUT/bench.log" 2>&1
 bench_rc=$?
 echo "   rc $bench_rc, $((SECONDS - t0)) s"
 grep -E "ceilings:" "$OUT/bench.log" | head -n 1

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,7 +62,7 @@ std::vector<Row> table_a() {
   return rows;
 }
 
-/// A path by its name in SparseMlaPath ("automatic", "single_pass", "split_topk_bulk", ...).
+/// A path by its name in SparseMlaPath ("automatic", "single_pass", "split_topk", ...).
 struct NamedPath {
   const char* name;
   kernels::SparseMlaPath path;
@@ -73,15 +74,15 @@ constexpr NamedPath kPaths[] = {
     {"split_topk", kernels::SparseMlaPath::split_topk, "spgraph-split-topk"},
     {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
-    {"single_pass_bulk", kernels::SparseMlaPath::single_pass_bulk, "spgraph-single-pass-bulk"},
-    {"split_topk_bulk", kernels::SparseMlaPath::split_topk_bulk, "spgraph-split-topk-bulk"},
-    {"single_pass_multicast", kernels::SparseMlaPath::single_pass_multicast, "spgraph-single-pass-multicast"},
-    {"split_topk_multicast", kernels::SparseMlaPath::split_topk_multicast, "spgraph-split-topk-multicast"},
+    {"single_pass_cluster", kernels::SparseMlaPath::single_pass_cluster, "spgraph-single-pass-cluster"},
+    {"split_topk_cluster", kernels::SparseMlaPath::split_topk_cluster, "spgraph-split-topk-cluster"},
+    {"single_pass_q_tma", kernels::SparseMlaPath::single_pass_q_tma, "spgraph-single-pass-q-tma"},
+    {"split_topk_q_tma", kernels::SparseMlaPath::split_topk_q_tma, "spgraph-split-topk-q-tma"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
   return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma ||
-         p == kernels::SparseMlaPath::split_topk_bulk || p == kernels::SparseMlaPath::split_topk_multicast;
+         p == kernels::SparseMlaPath::split_topk_cluster || p == kernels::SparseMlaPath::split_topk_q_tma;
 }
 
 /// Splits "a,b,c" into its non-empty parts.
@@ -160,9 +161,11 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     const NamedPath* found = nullptr;
     for (const NamedPath& np : kPaths)
       if (name == np.name) found = &np;
-    if (found == nullptr) throw Error("bench: --paths: '" + name + "' is not a SparseMlaPath name (automatic, single_pass, "
-                                      "split_topk, single_pass_mma, split_topk_mma, single_pass_bulk, split_topk_bulk, "
-                                      "single_pass_multicast, split_topk_multicast)");
+    if (found == nullptr) {
+      std::string names;
+      for (const NamedPath& np : kPaths) names += std::string(names.empty() ? "" : ", ") + np.name;
+      throw Error("bench: --paths: '" + name + "' is not a SparseMlaPath name (" + names + ")");
+    }
     listed.push_back(found);
   }
   const std::vector<std::string> row_filters = split_list(opt.rows);
@@ -183,9 +186,11 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     double us;
     double tflops;
     double flashmla_us;
+    int resident;    ///< CTAs resident at once
+    double auto_us;  ///< the row's automatic variant, 0 when it was not timed
   };
   std::vector<Summary> summary;
-  std::printf("%-18s %6s %4s %5s %6s %5s %17s %6s %9s %9s %11s %7s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
+  std::printf("%-18s %6s %4s %5s %6s %5s %19s %6s %9s %9s %11s %7s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
               "kernel", "split", "gpu_us", "TFLOP/s", "FlashMLA_us", "ratio");
   for (const Row& row : table_a()) {
     if (opt.quick && !row.quick) continue;
@@ -240,8 +245,8 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     // Default: every row also times the mma.sync single pass (the wgmma kernel's baseline); small
     // chunks also time the wgmma single pass and both split top-k kernels, to show what the
     // automatic choice buys. With --paths: the listed paths, split ones on the small chunks only
-    // (their fp32 partials at s_q 4096 are gigabytes), each kernel once per row (a multicast path
-    // at h_q 64 runs the TMA kernel its bulk path already timed).
+    // (their fp32 partials at s_q 4096 are gigabytes), each kernel once per row (a path whose plan
+    // names a kernel already timed on the row is skipped).
     std::vector<const NamedPath*> variants;
     if (listed.empty()) {
       variants.push_back(&kPaths[0]);
@@ -299,27 +304,45 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       reporter.add({"attention", row_name, variant, "tflops", tflops});
       reporter.add({"attention", row_name, variant, "kernel", static_cast<double>(static_cast<int>(t.plan.kernel))});
       reporter.add({"attention", row_name, variant, "num_splits", static_cast<double>(t.plan.num_splits)});
+      // CTAs the device holds at once: below the SM count for a cluster-pair kernel when a GPC
+      // has an SM no partner can pair with.
+      int resident = -1;  // -1: the occupancy query failed (the timing stands; the report says so)
+      try {
+        resident = kernels::SparseMla::resident_ctas(t.args);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench: resident CTAs of %s on %s: %s\n", t.path->name, row_name.c_str(), e.what());
+      }
+      reporter.add({"attention", row_name, variant, "resident_ctas", static_cast<double>(resident)});
       if (rounds > 1)
         for (int r = 0; r < rounds; ++r)
           reporter.add({"attention", row_name, variant, "gpu_us_round" + std::to_string(r), t.us[static_cast<std::size_t>(r)]});
       char path_s[16];
       std::snprintf(path_s, sizeof path_s, t.plan.split ? "x%d" : "1", t.plan.num_splits);
-      std::printf("%-18s %6d %4d %5d %6d %5d %17s %6s %9.1f %9.1f %11.1f %7.3f  %s\n", row.label, row.d_qk, row.h_q,
-                  row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(t.plan.kernel), path_s, us, tflops,
-                  row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant);
+      std::printf("%-18s %6d %4d %5d %6d %5d %19s %6s %9.1f %9.1f %11.1f %7.3f  %s (%d resident CTAs)\n", row.label,
+                  row.d_qk, row.h_q, row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(t.plan.kernel), path_s, us,
+                  tflops, row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant, resident);
       std::fflush(stdout);
-      summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us});
+      summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us,
+                         resident, 0.0});
     }
+    // The row's automatic figure, for each variant's A/B ratio in the summary.
+    const auto row_begin = summary.end() - static_cast<std::ptrdiff_t>(timed.size());
+    double auto_us = 0.0;
+    for (auto it = row_begin; it != summary.end(); ++it)
+      if (it->variant == kPaths[0].variant) auto_us = it->us;
+    for (auto it = row_begin; it != summary.end(); ++it) it->auto_us = auto_us;
   }
   // The short table: one line per (row, variant); ratio = FlashMLA time / spgraph time (above 1:
   // spgraph faster), against the FlashMLA figures of 2026-12-01 (Row::flashmla_us).
   std::printf("== attention summary (%s, %d round%s; FlashMLA: 9241ae3, H200, 2026-12-01, sustained)\n", timing, rounds,
               rounds == 1 ? "" : "s");
-  std::printf("%-28s %-30s %-17s %10s %9s %11s %7s\n", "row", "variant", "kernel", "median_us", "TFLOP/s", "FlashMLA_us",
-              "ratio");
+  // vs_auto = the row's automatic time / this variant's time (above 1: faster than automatic).
+  std::printf("%-28s %-30s %-19s %10s %9s %11s %7s %7s %8s\n", "row", "variant", "kernel", "median_us", "TFLOP/s",
+              "FlashMLA_us", "ratio", "vs_auto", "resident");
   for (const Summary& r : summary)
-    std::printf("%-28s %-30s %-17s %10.1f %9.1f %11.1f %7.3f\n", r.row.c_str(), r.variant.c_str(), r.kernel.c_str(), r.us,
-                r.tflops, r.flashmla_us, r.flashmla_us > 0 ? r.flashmla_us / r.us : 0.0);
+    std::printf("%-28s %-30s %-19s %10.1f %9.1f %11.1f %7.3f %7.3f %8d\n", r.row.c_str(), r.variant.c_str(), r.kernel.c_str(),
+                r.us, r.tflops, r.flashmla_us, r.flashmla_us > 0 ? r.flashmla_us / r.us : 0.0,
+                r.auto_us > 0 ? r.auto_us / r.us : 0.0, r.resident);
   std::printf("== end of attention summary\n");
   std::fflush(stdout);
 }

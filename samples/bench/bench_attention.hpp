@@ -20,8 +20,8 @@ struct AttentionOptions {
   /// after 25 ms of warm-up and over at least 100 ms.
   bool burst{false};
   /// Comma-separated SparseMlaPath names (automatic, single_pass, split_topk, single_pass_mma,
-  /// split_topk_mma, single_pass_bulk, split_topk_bulk, single_pass_multicast,
-  /// split_topk_multicast) to time on every row, split paths on the small chunks only, each kernel
+  /// split_topk_mma, single_pass_cluster, split_topk_cluster, single_pass_q_tma, split_topk_q_tma)
+  /// to time on every row, split paths on the small chunks only, each kernel
   /// once per row; empty: the default set (automatic and the mma.sync single pass, and on small
   /// chunks also single_pass, split_topk and split_topk_mma).
   std::string paths;
@@ -32,11 +32,12 @@ struct AttentionOptions {
 
 /// @brief Times the rows of table A and records, per row, suite "attention", name
 ///        "<label>/<s_kv>" (e.g. "V4-C2/32768"; small chunks "<label>/<s_kv>/sq<s_q>"), variant
-///        "spgraph" (the automatic path) or "spgraph-<path>" (e.g. "spgraph-single-pass-multicast"),
+///        "spgraph" (the automatic path) or "spgraph-<path>" (e.g. "spgraph-split-topk"),
 ///        metrics "gpu_us" and "tflops" (medians), "gpu_us_round<r>" (each round's median, with
 ///        several rounds), "kernel" (the kernels::SparseMlaKernel value of the plan that ran; the
-///        table prints its name) and "num_splits" (FlashMLA's figures are constants, printed beside
-///        each row and in the summary, never recorded as this run's measurements). Prints a line per
+///        table prints its name), "num_splits" and "resident_ctas" (SparseMla::resident_ctas)
+///        (FlashMLA's figures are constants, printed beside each row and in the summary, never
+///        recorded as this run's measurements). Prints a line per
 ///        (row, variant) as it goes and a summary table last, between "== attention summary" and
 ///        "== end of attention summary". FLOPs = 2 * (valid indices) * h_q * (d_qk + 512); inputs
 ///        are seeded random values, indices random valid rows.

@@ -45,12 +45,15 @@ TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "
   rejects([](k::SparseMlaArgs& b) { b.kv_row_stride = std::int64_t{1} << 39; }, "kv_row_stride");
   rejects([](k::SparseMlaArgs& b) { b.path = static_cast<k::SparseMlaPath>(9); }, "path");
   rejects([](k::SparseMlaArgs& b) { b.path = static_cast<k::SparseMlaPath>(-1); }, "path");
-  rejects([](k::SparseMlaArgs& b) { b.path = k::SparseMlaPath::split_topk_multicast; b.num_splits = 3; }, "num_splits");
-  for (const auto path : {k::SparseMlaPath::single_pass_bulk, k::SparseMlaPath::split_topk_bulk,
-                          k::SparseMlaPath::single_pass_multicast, k::SparseMlaPath::split_topk_multicast}) {
-    k::SparseMlaArgs b = a;
-    b.path = path;
-    CHECK_NOTHROW(k::SparseMla::can_implement(b));
+  rejects([](k::SparseMlaArgs& b) { b.path = k::SparseMlaPath::split_topk_cluster; b.num_splits = 3; }, "num_splits");
+  rejects([](k::SparseMlaArgs& b) { b.path = k::SparseMlaPath::split_topk_q_tma; b.num_splits = 3; }, "num_splits");
+  for (const auto path : {k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster,
+                          k::SparseMlaPath::single_pass_q_tma, k::SparseMlaPath::split_topk_q_tma}) {
+    for (const int h_q : {64, 128}) {  // h_q 64 runs the plain wgmma kernel on the cluster paths
+      k::SparseMlaArgs b = shape_only_args(100, 128, 5, h_q, 512);
+      b.path = path;
+      CHECK_NOTHROW(k::SparseMla::can_implement(b));
+    }
   }
 }
 

@@ -261,39 +261,26 @@ std::string plan_name(const k::SparseMlaPlan& plan) {
          (plan.split ? " x" + std::to_string(plan.num_splits) : std::string());
 }
 
-/// Every kernel, by its explicit path: the wgmma kernel with cp.async, TMA and cluster-multicast
-/// gathers (single pass and split each), and the mma.sync kernels. The multicast paths run their
-/// cluster kernel at h_q 128 and the TMA kernel at h_q 64.
-const std::vector<k::SparseMlaPath> kAllKernels = {
-    k::SparseMlaPath::single_pass,      k::SparseMlaPath::split_topk,          k::SparseMlaPath::single_pass_mma,
-    k::SparseMlaPath::split_topk_mma,   k::SparseMlaPath::single_pass_bulk,    k::SparseMlaPath::split_topk_bulk,
-    k::SparseMlaPath::single_pass_multicast, k::SparseMlaPath::split_topk_multicast};
-
-bool is_split(k::SparseMlaPath path) {
-  return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma ||
-         path == k::SparseMlaPath::split_topk_bulk || path == k::SparseMlaPath::split_topk_multicast;
-}
-
-/// The kernel a path's plan must name (explicit paths only).
+/// The kernel an explicit path's plan must name: the cluster paths pair CTAs at h_q 128 only.
 k::SparseMlaKernel expected_kernel(k::SparseMlaPath path, int h_q) {
   switch (path) {
     case k::SparseMlaPath::single_pass: return k::SparseMlaKernel::wgmma_single_pass;
     case k::SparseMlaPath::split_topk: return k::SparseMlaKernel::wgmma_split_topk;
     case k::SparseMlaPath::single_pass_mma: return k::SparseMlaKernel::mma_single_pass;
     case k::SparseMlaPath::split_topk_mma: return k::SparseMlaKernel::mma_split_topk;
-    case k::SparseMlaPath::single_pass_bulk: return k::SparseMlaKernel::wgmma_bulk_single_pass;
-    case k::SparseMlaPath::split_topk_bulk: return k::SparseMlaKernel::wgmma_bulk_split_topk;
-    case k::SparseMlaPath::single_pass_multicast:
-      return h_q == 128 ? k::SparseMlaKernel::wgmma_multicast_single_pass : k::SparseMlaKernel::wgmma_bulk_single_pass;
-    case k::SparseMlaPath::split_topk_multicast:
-      return h_q == 128 ? k::SparseMlaKernel::wgmma_multicast_split_topk : k::SparseMlaKernel::wgmma_bulk_split_topk;
+    case k::SparseMlaPath::single_pass_cluster:
+      return h_q == 128 ? k::SparseMlaKernel::wgmma_cluster_single_pass : k::SparseMlaKernel::wgmma_single_pass;
+    case k::SparseMlaPath::split_topk_cluster:
+      return h_q == 128 ? k::SparseMlaKernel::wgmma_cluster_split_topk : k::SparseMlaKernel::wgmma_split_topk;
+    case k::SparseMlaPath::single_pass_q_tma: return k::SparseMlaKernel::wgmma_q_tma_single_pass;
+    case k::SparseMlaPath::split_topk_q_tma: return k::SparseMlaKernel::wgmma_q_tma_split_topk;
     case k::SparseMlaPath::automatic: break;
   }
   return k::SparseMlaKernel::wgmma_single_pass;
 }
 
 /// Runs a problem on each of `paths` in both modes and checks every run against one reference;
-/// an automatic path must pick the kernel the rule names.
+/// an automatic path must pick the kernel the rule names, an explicit one the kernel it names.
 void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths, cudaStream_t stream,
                    int num_splits = 0) {
   const ref::SparseMlaReferenceOutputs want = reference_of(p);
@@ -315,6 +302,19 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
   }
 }
 
+/// Every kernel, by its explicit path: the wgmma kernel (single pass and split), its cluster-pair
+/// form (h_q 128; at h_q 64 those paths run the wgmma kernel), its Q-by-TMA form and the mma.sync
+/// kernels.
+const std::vector<k::SparseMlaPath> kAllKernels = {
+    k::SparseMlaPath::single_pass,         k::SparseMlaPath::split_topk,          k::SparseMlaPath::single_pass_mma,
+    k::SparseMlaPath::split_topk_mma,      k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster,
+    k::SparseMlaPath::single_pass_q_tma,   k::SparseMlaPath::split_topk_q_tma};
+
+bool is_split(k::SparseMlaPath path) {
+  return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma ||
+         path == k::SparseMlaPath::split_topk_cluster || path == k::SparseMlaPath::split_topk_q_tma;
+}
+
 /// `p` with kv rows re-laid at `stride` elements; the padding past d_qk holds NaN, so a kernel
 /// that reads it fails.
 Problem with_stride(Problem p, std::int64_t stride) {
@@ -333,9 +333,8 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
   spg::memory::Stream stream;
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
-      std::vector<k::SparseMlaPath> paths = kAllKernels;
-      paths.push_back(k::SparseMlaPath::automatic);
-      for (const auto path : paths) {
+      for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_mma,
+                              k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma}) {
         Problem full = make_problem({d_qk, h_q, 1000, 256, 37}, {.sink = true}, 11 + d_qk + h_q);
         full.topk_length.assign(static_cast<std::size_t>(full.s_q), 1);
         Problem first = full;
@@ -405,12 +404,12 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
             if (chosen != k::SparseMlaKernel::wgmma_single_pass) paths.push_back(k::SparseMlaPath::single_pass);
             if (chosen != k::SparseMlaKernel::wgmma_split_topk && s_q == 1) paths.push_back(k::SparseMlaPath::split_topk);
             if (s_q == 1) paths.push_back(k::SparseMlaPath::split_topk_mma);
-            // The TMA-gather kernels (alone and in cluster pairs) on every case, split at s_q 1.
-            paths.push_back(k::SparseMlaPath::single_pass_bulk);
-            paths.push_back(k::SparseMlaPath::single_pass_multicast);
+            // The cluster-pair and Q-by-TMA kernels on every case, their splits at s_q 1.
+            paths.push_back(k::SparseMlaPath::single_pass_cluster);
+            paths.push_back(k::SparseMlaPath::single_pass_q_tma);
             if (s_q == 1) {
-              paths.push_back(k::SparseMlaPath::split_topk_bulk);
-              paths.push_back(k::SparseMlaPath::split_topk_multicast);
+              paths.push_back(k::SparseMlaPath::split_topk_cluster);
+              paths.push_back(k::SparseMlaPath::split_topk_q_tma);
             }
             check_problem(p, paths, stream.get());
           }
@@ -500,8 +499,8 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
   };
   for (const Pair& pair : {Pair{k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma, true},
                            Pair{k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk, false},
-                           Pair{k::SparseMlaPath::single_pass_bulk, k::SparseMlaPath::split_topk_bulk, false},
-                           Pair{k::SparseMlaPath::single_pass_multicast, k::SparseMlaPath::split_topk_multicast, false}}) {
+                           Pair{k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster, false},
+                           Pair{k::SparseMlaPath::single_pass_q_tma, k::SparseMlaPath::split_topk_q_tma, false}}) {
     for (const int d_qk : {512, 576}) {
       const Problem p = make_problem({d_qk, 128, 5003, 1024, 29},
                                      {.sink = true, .topk_length = true, .extra_invalid = 0.02}, 777 + d_qk);
@@ -622,7 +621,7 @@ TEST_CASE("sparse_mla: s_q = 70000 at h_q 128 runs past the 65535 grid limit", "
   for_ref.s_q = kSq;
   const auto want = reference_of(for_ref, sample, q_row);
 
-  for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma}) {
+  for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::single_pass_cluster}) {
     d.args.path = path;
     const std::string name = plan_name(k::SparseMla::plan(d.args));
     for (const Mode mode : {Mode::eager, Mode::graph}) {
@@ -754,8 +753,9 @@ TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][s
       const Problem base = make_problem({d_qk, 128, 1201, 448, 71}, {.sink = true, .topk_length = true}, ++seed);
       check_problem(with_stride(base, d_qk + extra),
                     {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk,
-                     k::SparseMlaPath::split_topk_mma, k::SparseMlaPath::single_pass_bulk, k::SparseMlaPath::split_topk_bulk,
-                     k::SparseMlaPath::single_pass_multicast, k::SparseMlaPath::split_topk_multicast},
+                     k::SparseMlaPath::split_topk_mma, k::SparseMlaPath::single_pass_cluster,
+                     k::SparseMlaPath::split_topk_cluster, k::SparseMlaPath::single_pass_q_tma,
+                     k::SparseMlaPath::split_topk_q_tma},
                     stream.get(), 4);
     }
   }
@@ -836,42 +836,50 @@ TEST_CASE("sparse_mla: q and out at padded token strides: bit-identical, padding
   }
 }
 
-TEST_CASE("sparse_mla: the TMA-gather and cluster-multicast kernels equal the cp.async kernel bit for bit",
-          "[gpu][sparse_mla]") {
-  // Same tiles in shared memory (masked rows zero-filled in all three), same consumer code: out,
+TEST_CASE("sparse_mla: the cluster-pair and Q-by-TMA kernels equal the cp.async kernel bit for bit", "[gpu][sparse_mla]") {
+  // Same tiles in shared memory (cluster pair: each CTA's half of a block gathered by it, the other
+  // half forwarded by its partner, masked rows zero-filled by whichever CTA owns them; Q by TMA:
+  // the TMA unit's 128B swizzle is the tile layout), same mask entries, same consumer code: out,
   // max_logits and lse must be identical, single pass against single pass and split against split
-  // with the same slices. Masked rows of every kind, topk_length, an odd block count, padded kv
-  // rows (NaN padding), and tokens past num_tokens.
+  // with the same slices. Masked rows of every kind, topk_length, an odd and an even block count,
+  // padded kv rows (NaN padding), tokens past num_tokens, and several waves of CTAs; the cluster
+  // pair at h_q 128 (at 64 its paths run the cp.async kernel), Q by TMA at both head counts.
   spg::memory::Stream stream;
   std::uint64_t seed = 9900;
+  struct Twin {
+    k::SparseMlaPath base;
+    k::SparseMlaPath path;
+  };
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
       for (const int topk : {320, 1024}) {
         Problem p = with_stride(
-            make_problem({d_qk, h_q, 2999, topk, 67}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, ++seed),
+            make_problem({d_qk, h_q, 2999, topk, 167}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, ++seed),
             d_qk + 24);
-        p.num_tokens = 61;
-        for (const auto& [base_path, paths] :
-             {std::pair{k::SparseMlaPath::single_pass,
-                        std::vector{k::SparseMlaPath::single_pass_bulk, k::SparseMlaPath::single_pass_multicast}},
-              std::pair{k::SparseMlaPath::split_topk,
-                        std::vector{k::SparseMlaPath::split_topk_bulk, k::SparseMlaPath::split_topk_multicast}}}) {
-          DeviceProblem base(p, base_path, 3);
+        p.num_tokens = 161;
+        std::vector<Twin> twins = {{k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_q_tma},
+                                   {k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_q_tma}};
+        if (h_q == 128) {
+          twins.push_back({k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_cluster});
+          twins.push_back({k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_cluster});
+        }
+        for (const Twin& twin : twins) {
+          DeviceProblem base(p, twin.base, 3);
           const Outputs want = run_mode(base, Mode::eager, stream.get());
-          for (const auto path : paths) {
-            DeviceProblem d(p, path, 3);
-            const std::string name = plan_name(k::SparseMla::plan(d.args));
-            for (const Mode mode : {Mode::eager, Mode::graph}) {
-              const Outputs got = run_mode(d, mode, stream.get());
-              std::size_t out_off = 0;
-              for (std::size_t i = 0; i < got.out.size(); ++i) out_off += got.out[i] != want.out[i];
-              const bool stats_equal = std::memcmp(got.max_logits.data(), want.max_logits.data(), got.lse.size() * 4) == 0 &&
-                                       std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4) == 0;
-              INFO(describe(p) << name << " against" << plan_name(k::SparseMla::plan(base.args)) << " " << mode_name(mode)
-                               << ": " << out_off << " out elements differ");
-              CHECK(out_off == 0);
-              CHECK(stats_equal);
-            }
+          DeviceProblem d(p, twin.path, 3);
+          const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
+          REQUIRE(plan.kernel == expected_kernel(twin.path, h_q));
+          REQUIRE(plan.num_splits == k::SparseMla::plan(base.args).num_splits);
+          for (const Mode mode : {Mode::eager, Mode::graph}) {
+            const Outputs got = run_mode(d, mode, stream.get());
+            std::size_t out_off = 0;
+            for (std::size_t i = 0; i < got.out.size(); ++i) out_off += got.out[i] != want.out[i];
+            const bool stats_equal = std::memcmp(got.max_logits.data(), want.max_logits.data(), got.lse.size() * 4) == 0 &&
+                                     std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4) == 0;
+            INFO(describe(p) << plan_name(plan) << " against" << plan_name(k::SparseMla::plan(base.args)) << " "
+                             << mode_name(mode) << ": " << out_off << " out elements differ");
+            CHECK(out_off == 0);
+            CHECK(stats_equal);
           }
         }
       }
@@ -900,7 +908,7 @@ TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_ml
     a.path = k::SparseMlaPath::split_topk_mma;
     CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::mma_split_topk);
     CHECK(k::SparseMla::plan(a).split);
-    for (const auto path : kAllKernels) {  // both head counts: the multicast paths pair CTAs at h_q 128 only
+    for (const auto path : kAllKernels) {  // both head counts: the cluster paths pair CTAs at h_q 128 only
       for (const int h_q : {64, 128}) {
         k::SparseMlaArgs b = shape_only_args(p.s_kv, p.topk, s_q, h_q, p.d_qk);
         b.path = path;
