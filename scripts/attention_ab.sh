@@ -8,22 +8,20 @@
 #      sustained timing, 25 ms warm-up and >= 100 ms timed per variant and round),
 # then prints a short table last: row, variant, kernel, median us, TFLOP/s, ratio to FlashMLA's
 # figure of 2026-12-01 (docs/benchmarks.md, table A; the figures are constants in
-# samples/bench/bench_attention.cpp), vs_auto (the row's automatic time / the variant's: the A/B)
-# and the CTAs the device holds at once (a cluster pair needs two free SMs of one GPC).
+# samples/bench/bench_attention.cpp) and vs_auto (the row's automatic time / the variant's: the A/B).
 #
 # usage: scripts/attention_ab.sh BIN_DIR [--rows LIST] [--rounds N] [--paths LIST] [--skip-tests]
 #   BIN_DIR   holds spgraph_gpu_tests and bench, built for sm_90a; run from the repository root
 #   --rows    table A rows whose name contains one of the comma-separated parts (default: all 18)
 #   --rounds  timing rounds per row (default 2)
-#   --paths   SparseMlaPath names to time (default below: automatic, the cp.async single pass and
-#             split, their cluster-pair and Q-by-TMA forms; a path whose plan repeats a kernel
-#             already timed on a row is skipped, e.g. single_pass on the long rows, the cluster
-#             paths at h_q 64)
+#   --paths   SparseMlaPath names to time (default below: automatic, the wgmma single pass and
+#             split; a path whose plan repeats a kernel already timed on a row is skipped, e.g.
+#             single_pass on the long rows, where automatic runs it)
 #   --skip-tests  only the benchmark
 # Writes under $OUT (default /tmp/attention_ab): tests.log, memcheck.log, bench.log,
-# attention_ab.json. Expected on the H200: ~1.5 min of tests, under 1 min of memcheck, ~1 min of
-# bench (2 rounds); each step has its own time limit (140 s, 60 s, 90 s), so the script ends
-# within 5 minutes (with --skip-tests within 1.5).
+# attention_ab.json. Expected on the H200: ~1-1.5 min of tests, under 1 min of memcheck, under
+# 1 min of bench (2 rounds); each step has its own time limit (140 s, 60 s, 90 s), so the script
+# ends within 5 minutes (with --skip-tests within 1.5).
 set -uo pipefail
 
 if [[ $# -lt 1 || ! -d $1 ]]; then
@@ -34,7 +32,7 @@ BIN=$1
 shift
 ROWS=""
 ROUNDS=2
-PATHS=automatic,single_pass,single_pass_cluster,single_pass_q_tma,split_topk,split_topk_cluster,split_topk_q_tma
+PATHS=automatic,single_pass,split_topk
 SKIP_TESTS=0
 while [[ $# -gt 0 ]]; do
   case $1 in

@@ -48,7 +48,6 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta);
   SparseMlaPlan plan;
   int per_split = blocks;  // 64-row blocks per slice
-  const bool head_pairs = a.h_q == 2 * kSparseMlaHeadsPerCta;  // two head groups per token to pair up
   switch (a.path) {
     case SparseMlaPath::single_pass:
       plan.kernel = SparseMlaKernel::wgmma_single_pass;
@@ -56,26 +55,11 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
     case SparseMlaPath::single_pass_mma:
       plan.kernel = SparseMlaKernel::mma_single_pass;
       break;
-    case SparseMlaPath::single_pass_cluster:
-      plan.kernel = head_pairs ? SparseMlaKernel::wgmma_cluster_single_pass : SparseMlaKernel::wgmma_single_pass;
-      break;
-    case SparseMlaPath::single_pass_q_tma:
-      plan.kernel = SparseMlaKernel::wgmma_q_tma_single_pass;
-      break;
     case SparseMlaPath::split_topk:
-    case SparseMlaPath::split_topk_mma:
-    case SparseMlaPath::split_topk_cluster:
-    case SparseMlaPath::split_topk_q_tma: {
+    case SparseMlaPath::split_topk_mma: {
       plan.split = true;
-      if (a.path == SparseMlaPath::split_topk_mma) {
-        plan.kernel = SparseMlaKernel::mma_split_topk;
-      } else if (a.path == SparseMlaPath::split_topk_cluster && head_pairs) {
-        plan.kernel = SparseMlaKernel::wgmma_cluster_split_topk;
-      } else if (a.path == SparseMlaPath::split_topk_q_tma) {
-        plan.kernel = SparseMlaKernel::wgmma_q_tma_split_topk;
-      } else {
-        plan.kernel = SparseMlaKernel::wgmma_split_topk;
-      }
+      plan.kernel = a.path == SparseMlaPath::split_topk ? SparseMlaKernel::wgmma_split_topk
+                                                        : SparseMlaKernel::mma_split_topk;
       const int n = a.num_splits > 0 ? a.num_splits : std::max(2, automatic_splits(items, blocks, sms));
       per_split = (blocks + n - 1) / n;
       break;
@@ -96,22 +80,8 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
   return plan;
 }
 
-bool is_wgmma(SparseMlaKernel k) noexcept { return k != SparseMlaKernel::mma_single_pass && k != SparseMlaKernel::mma_split_topk; }
-
-/// The kernels that run in clusters of two CTAs (the two head groups of a token).
-bool is_cluster_pair(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_cluster_single_pass || k == SparseMlaKernel::wgmma_cluster_split_topk;
-}
-
-/// The wgmma single passes write out themselves, with TMA stores (the splits write partials).
-bool writes_out_with_tma(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_cluster_single_pass ||
-         k == SparseMlaKernel::wgmma_q_tma_single_pass;
-}
-
-/// The kernels that read q through a tensor map.
-bool reads_q_with_tma(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_q_tma_single_pass || k == SparseMlaKernel::wgmma_q_tma_split_topk;
+bool is_wgmma(SparseMlaKernel k) noexcept {
+  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk;
 }
 
 std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
@@ -145,76 +115,6 @@ cudaError_t launch_attention(const detail::SparseMlaParams& p, const CUtensorMap
   return cudaGetLastError();
 }
 
-/// The wgmma kernel with Q by TMA; its shared-memory opt-in is made once per device.
-template <int D>
-cudaError_t launch_q_tma_attention(const detail::SparseMlaParams& p, const CUtensorMap& out_map, const CUtensorMap& q_map,
-                                   unsigned grid, const DeviceInfo& info, cudaStream_t stream) noexcept {
-  static std::atomic<std::uint64_t> smem_allowed{0};
-  constexpr int smem = detail::WgmmaSmem<D>::kAlloc;
-  const auto kernel = &detail::sparse_mla_wgmma_q_tma_kernel<D>;
-  const cudaError_t status = allow_dynamic_smem_once(reinterpret_cast<const void*>(kernel), smem, info, smem_allowed);
-  if (status != cudaSuccess) return status;
-  kernel<<<grid, detail::kWgmmaThreads, smem, stream>>>(p, out_map, q_map);
-  return cudaGetLastError();
-}
-
-/// The cluster-pair wgmma kernel: clusters of two CTAs along x (the grid, two head groups per
-/// (token, slice), is even); its shared-memory opt-in is made once per device.
-template <int D>
-cudaError_t launch_cluster_attention(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
-                                     const DeviceInfo& info, cudaStream_t stream) noexcept {
-  static std::atomic<std::uint64_t> smem_allowed{0};
-  constexpr int smem = detail::WgmmaSmem<D>::kAlloc;
-  const auto kernel = &detail::sparse_mla_wgmma_cluster_kernel<D>;
-  const cudaError_t status = allow_dynamic_smem_once(reinterpret_cast<const void*>(kernel), smem, info, smem_allowed);
-  if (status != cudaSuccess) return status;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 2;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(detail::kWgmmaThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, p, out_map);
-}
-
-/// CTAs of the cluster-pair kernel the device holds at once (two per resident cluster).
-template <int D>
-cudaError_t cluster_resident_ctas(const DeviceInfo& info, int& ctas) noexcept {
-  static std::atomic<std::uint64_t> smem_allowed{0};
-  constexpr int smem = detail::WgmmaSmem<D>::kAlloc;
-  const auto kernel = &detail::sparse_mla_wgmma_cluster_kernel<D>;
-  cudaError_t status = allow_dynamic_smem_once(reinterpret_cast<const void*>(kernel), smem, info, smem_allowed);
-  if (status != cudaSuccess) return status;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 2;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(2u * static_cast<unsigned>(info.sms));
-  config.blockDim = dim3(detail::kWgmmaThreads);
-  config.dynamicSmemBytes = smem;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  int clusters = 0;
-  status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-  ctas = 2 * clusters;
-  return status;
-}
-
-/// CTAs per SM of a one-CTA-per-item kernel at its dynamic shared memory.
-cudaError_t blocks_per_sm(const void* kernel, int threads, int smem, int& blocks) noexcept {
-  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (status != cudaSuccess) return status;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem);
-}
-
 /// cuTensorMapEncodeTiled, taken from the driver through the runtime once (spgraph does not link
 /// libcuda); null where the driver does not provide it.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() noexcept {
@@ -246,23 +146,6 @@ cudaError_t encode_out_map(CUtensorMap& map, __nv_bfloat16* out, int h_q, int s_
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, out, dims, strides, box, element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
-/// `q` as a 3-D bf16 tensor {d_qk columns, h_q heads, s_q tokens} (tokens `token_stride` elements
-/// apart) in boxes of 64 columns x 64 heads x 1 token, 128B swizzled: one box is one 8 KB panel of
-/// a CTA's Q tile. Host-only work, so it can run during capture.
-cudaError_t encode_q_map(CUtensorMap& map, const __nv_bfloat16* q, int d_qk, int h_q, int s_q, std::int64_t token_stride) noexcept {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d_qk), static_cast<cuuint64_t>(h_q), static_cast<cuuint64_t>(s_q)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(d_qk) * sizeof(__nv_bfloat16),
-                                 static_cast<cuuint64_t>(token_stride) * sizeof(__nv_bfloat16)};
-  const cuuint32_t box[3] = {64, 64, 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(q), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
@@ -313,13 +196,13 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   SPG_EXPECTS(aligned(a.indices, 4), "indices must be 4-byte aligned");
   SPG_EXPECTS(aligned(a.max_logits, 4) && aligned(a.lse, 4), "max_logits and lse must be 4-byte aligned");
   SPG_EXPECTS(std::isfinite(a.sm_scale), "sm_scale = " << a.sm_scale << " must be finite");
-  SPG_EXPECTS(static_cast<int>(a.path) >= static_cast<int>(SparseMlaPath::automatic) &&
-                  static_cast<int>(a.path) <= static_cast<int>(SparseMlaPath::split_topk_q_tma),
+  SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
+                  a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma ||
+                  a.path == SparseMlaPath::split_topk_mma,
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
-  const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma ||
-                      a.path == SparseMlaPath::single_pass_cluster || a.path == SparseMlaPath::single_pass_q_tma;
+  const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
   SPG_EXPECTS(std::int64_t{a.s_q} * a.h_q <= std::numeric_limits<std::int32_t>::max(),
@@ -341,36 +224,6 @@ SparseMlaPlan SparseMla::plan(const SparseMlaArgs& args) {
 }
 
 std::size_t SparseMla::workspace_bytes(const SparseMlaArgs& args) { return plan_workspace(args, plan(args)); }
-
-int SparseMla::resident_ctas(const SparseMlaArgs& args) {
-  const SparseMlaPlan p = plan(args);
-  DeviceInfo info;
-  SPG_CUDA_TRY(current_device_info(info));
-  int ctas = 0;
-  if (is_cluster_pair(p.kernel)) {
-    SPG_CUDA_TRY(args.d_qk == 512 ? cluster_resident_ctas<512>(info, ctas) : cluster_resident_ctas<576>(info, ctas));
-    return ctas;
-  }
-  const bool wgmma = is_wgmma(p.kernel);
-  const bool d512 = args.d_qk == 512;
-  const void* kernel = nullptr;
-  if (reads_q_with_tma(p.kernel)) {
-    kernel = d512 ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_q_tma_kernel<512>)
-                  : reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_q_tma_kernel<576>);
-  } else if (wgmma) {
-    kernel = d512 ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<512>)
-                  : reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<576>);
-  } else {
-    kernel = d512 ? reinterpret_cast<const void*>(&detail::sparse_mla_kernel<512>)
-                  : reinterpret_cast<const void*>(&detail::sparse_mla_kernel<576>);
-  }
-  const int threads = wgmma ? detail::kWgmmaThreads : detail::kMlaThreads;
-  const int smem = wgmma ? (args.d_qk == 512 ? detail::WgmmaSmem<512>::kAlloc : detail::WgmmaSmem<576>::kAlloc)
-                         : (args.d_qk == 512 ? detail::MlaSmem<512>::kBytes : detail::MlaSmem<576>::kBytes);
-  int blocks = 0;
-  SPG_CUDA_TRY(blocks_per_sm(kernel, threads, smem, blocks));
-  return blocks * info.sms;
-}
 
 cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t stream) noexcept {
   DeviceInfo info;
@@ -402,14 +255,9 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   p.write_partials = plan.split;
   p.q_token_stride = resolved_stride(a.q_token_stride, std::int64_t{a.h_q} * a.d_qk);
   p.out_token_stride = resolved_stride(a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
-  CUtensorMap out_map{};  // the single passes' TMA stores of out; the other kernels ignore it
-  if (writes_out_with_tma(plan.kernel)) {
+  CUtensorMap out_map{};  // the single pass's TMA stores of out; the other kernels ignore it
+  if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
     status = encode_out_map(out_map, a.out, a.h_q, a.s_q, p.out_token_stride);
-    if (status != cudaSuccess) return status;
-  }
-  CUtensorMap q_map{};  // the Q-by-TMA kernels' loads of q
-  if (reads_q_with_tma(plan.kernel)) {
-    status = encode_q_map(q_map, a.q, a.d_qk, a.h_q, a.s_q, p.q_token_stride);
     if (status != cudaSuccess) return status;
   }
   if (plan.split) {
@@ -428,20 +276,12 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   const bool wgmma = is_wgmma(plan.kernel);
   const auto grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
   p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks
-  if (is_cluster_pair(plan.kernel)) {
-    status = a.d_qk == 512 ? launch_cluster_attention<512>(p, out_map, grid, info, stream)
-                           : launch_cluster_attention<576>(p, out_map, grid, info, stream);
-  } else if (reads_q_with_tma(plan.kernel)) {
-    status = a.d_qk == 512 ? launch_q_tma_attention<512>(p, out_map, q_map, grid, info, stream)
-                           : launch_q_tma_attention<576>(p, out_map, q_map, grid, info, stream);
-  } else {
-    const auto launch = [&](auto wgmma_tag) {
-      constexpr bool kWgmma = decltype(wgmma_tag)::value;
-      return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, out_map, grid, info, stream)
-                           : launch_attention<576, kWgmma>(p, out_map, grid, info, stream);
-    };
-    status = wgmma ? launch(std::true_type{}) : launch(std::false_type{});
-  }
+  const auto launch = [&](auto wgmma_tag) {
+    constexpr bool kWgmma = decltype(wgmma_tag)::value;
+    return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, out_map, grid, info, stream)
+                         : launch_attention<576, kWgmma>(p, out_map, grid, info, stream);
+  };
+  status = wgmma ? launch(std::true_type{}) : launch(std::false_type{});
   if (status != cudaSuccess || !plan.split) return status;
 
   detail::SparseMlaMergeParams m{};

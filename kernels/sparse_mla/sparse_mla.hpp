@@ -39,17 +39,6 @@ enum class SparseMlaPath : std::int32_t {
   /// kernel and as its performance baseline.
   single_pass_mma = 3,
   split_topk_mma = 4,  ///< the mma.sync kernel over top-k slices + the merge kernel (any device)
-  /// h_q 128: the wgmma single pass in clusters of two CTAs, the two head groups of a token; each
-  /// CTA gathers half of every block's kv rows and forwards it to the other through distributed
-  /// shared memory, so each row leaves L2 once per token instead of twice (sm_90 only; `automatic`
-  /// does not pick it yet). h_q 64 has one CTA per token, nothing to share: it runs single_pass's
-  /// kernel.
-  single_pass_cluster = 5,
-  split_topk_cluster = 6,  ///< the same over top-k slices + the merge kernel (h_q 64: split_topk's kernel)
-  /// The wgmma single pass with the CTA's Q tile loaded as TMA boxes by one producer thread
-  /// instead of 16-byte cp.async by all 128 (sm_90 only; `automatic` does not pick it yet).
-  single_pass_q_tma = 7,
-  split_topk_q_tma = 8,  ///< the same over top-k slices + the merge kernel
 };
 
 /// @brief The kernel(s) a plan launches.
@@ -61,27 +50,16 @@ enum class SparseMlaKernel : std::int32_t {
   mma_single_pass = 1,   ///< persistent mma.sync kernel, whole top-k range per item
   mma_split_topk = 2,    ///< mma.sync partial kernel over top-k slices + merge kernel
   wgmma_split_topk = 3,  ///< the wgmma kernel, one CTA per (token, 64 heads, slice) + merge kernel
-  /// The wgmma kernel in clusters of two CTAs (h_q 128), each gathering half of every block and
-  /// forwarding it to the other through distributed shared memory.
-  wgmma_cluster_single_pass = 4,
-  wgmma_cluster_split_topk = 5,  ///< the same per (token, slice) pair of CTAs + merge kernel
-  /// The wgmma kernel with Q loaded by TMA.
-  wgmma_q_tma_single_pass = 6,
-  wgmma_q_tma_split_topk = 7,  ///< the same, one CTA per (token, 64 heads, slice) + merge kernel
 };
 
-/// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split", "wgmma-cluster",
-/// "wgmma-cluster-split", "wgmma-qtma", "wgmma-qtma-split"), for logs and benchmark tables.
+/// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split"), for logs and
+/// benchmark tables.
 constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
   switch (k) {
     case SparseMlaKernel::wgmma_single_pass: return "wgmma";
     case SparseMlaKernel::wgmma_split_topk: return "wgmma-split";
     case SparseMlaKernel::mma_single_pass: return "mma";
     case SparseMlaKernel::mma_split_topk: return "mma-split";
-    case SparseMlaKernel::wgmma_cluster_single_pass: return "wgmma-cluster";
-    case SparseMlaKernel::wgmma_cluster_split_topk: return "wgmma-cluster-split";
-    case SparseMlaKernel::wgmma_q_tma_single_pass: return "wgmma-qtma";
-    case SparseMlaKernel::wgmma_q_tma_split_topk: return "wgmma-qtma-split";
   }
   return "?";
 }
@@ -115,8 +93,7 @@ struct SparseMlaArgs {
   /// least h_q * 512 and a multiple of 8. max_logits and lse stay contiguous [s_q, h_q].
   std::int64_t out_token_stride{0};
   SparseMlaPath path{SparseMlaPath::automatic};
-  /// split paths only (split_topk, split_topk_mma, split_topk_cluster, split_topk_q_tma): number
-  /// of top-k slices; 0 lets the shape choose.
+  /// split_topk / split_topk_mma only: number of top-k slices; 0 lets the shape choose.
   int num_splits{0};
 };
 
@@ -151,22 +128,13 @@ struct SparseMla {
   /// @throws CudaError, InvalidArgument as plan().
   static std::size_t workspace_bytes(const SparseMlaArgs& args);
 
-  /// @brief How many CTAs of the plan's attention kernel the current device holds at once, for
-  ///        reports (run() does not need it): 2 x cudaOccupancyMaxActiveClusters for a cluster-pair
-  ///        kernel (a cluster needs two free SMs of one GPC), SMs x the CTAs one SM holds otherwise.
-  /// @throws CudaError, InvalidArgument as plan().
-  static int resident_ctas(const SparseMlaArgs& args);
-
   /// @brief Launches the kernel(s) of plan(args) on `stream`; allocates, syncs and validates
   ///        nothing (call can_implement and plan first), so it can be captured. `workspace` must
   ///        hold workspace_bytes(args) bytes, 256-byte aligned. Returns cudaGetLastError() after
   ///        the launches, or without launching: cudaErrorInvalidDevice when the plan's kernel is
   ///        a wgmma kernel and the device is not compute capability 9.0, cudaErrorNotSupported
-  ///        when the driver does not provide cuTensorMapEncodeTiled (the wgmma single passes write
-  ///        out with TMA stores, the Q-by-TMA kernels read q through one), cudaErrorInvalidValue
-  ///        when it rejects a tensor map; a
-  ///        cluster-pair kernel's launch error (e.g. cudaErrorClusterOutOfResources) as the launch
-  ///        returns it.
+  ///        when the driver does not provide cuTensorMapEncodeTiled (the wgmma single pass writes
+  ///        out with TMA stores), cudaErrorInvalidValue when it rejects out's tensor map.
   static cudaError_t run(const SparseMlaArgs& args, void* workspace, cudaStream_t stream) noexcept;
 };
 

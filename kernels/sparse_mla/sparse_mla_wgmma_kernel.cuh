@@ -1,13 +1,7 @@
-// Device code of the wgmma sparse MLA attention kernels (SparseMlaKernel::wgmma_single_pass and
-// wgmma_split_topk, and their cluster-pair form wgmma_cluster_*, see sparse_mla.hpp): sm_90a only,
-// one CTA per work item on a 1-D grid of s_q * (h_q / 64) * num_splits CTAs; an item is (token,
-// 64 heads, top-k slice), and the single pass has one slice. 384 threads = 3 warpgroups with
-// specialized roles. The kernels share the consumer code and differ in how the producer fills
-// shared memory (WgmmaFill): the cp.async kernel as described next; its Q-by-TMA form, the same
-// with the CTA's Q tile loaded as TMA boxes by one producer thread; the cluster-pair kernel
-// (h_q 128) runs the token's two head groups as a cluster of two CTAs, each gathering half of
-// every block and forwarding it to the other through distributed shared memory (see
-// wgmma_cluster_producer).
+// Device code of the wgmma sparse MLA attention kernel (SparseMlaKernel::wgmma_single_pass and
+// wgmma_split_topk, see sparse_mla.hpp): sm_90a only, one CTA per work item on a 1-D grid of
+// s_q * (h_q / 64) * num_splits CTAs; an item is (token, 64 heads, top-k slice), and the single
+// pass has one slice. 384 threads = 3 warpgroups with specialized roles.
 //
 //   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, in two halves behind
 //       mbarriers of their own (left half, first kv block's left half, right half, ...: the order
@@ -83,49 +77,24 @@ struct WgmmaSmem {
   static constexpr int kOffM0 = kOffMisc + 512;    // float [64]
   static constexpr int kOffM1 = kOffMisc + 768;    // float [64]
   static constexpr int kOffL = kOffMisc + 1024;    // float [2][64]
-  // full[2][2], empty[2][2], q left / right, and in a cluster pair own[2][2]: up to 14 mbarriers
-  static constexpr int kOffBar = kOffMisc + 1536;
+  static constexpr int kOffBar = kOffMisc + 1536;  // full[2][2], empty[2][2], q left / right: 10 mbarriers
   static constexpr int kBytes = kOffBar + 128;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
   static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
 };
 
-/// How the producer warpgroup fills shared memory; each value is its own kernel.
-enum class WgmmaFill : int {
-  /// One CTA per item: every kv row and Q row it reads comes with its own 16-byte cp.async
-  /// (SparseMlaKernel::wgmma_single_pass / wgmma_split_topk).
-  cp_async = 0,
-  /// h_q 128: the two head groups of a (token, slice) run as a cluster of two CTAs; each gathers
-  /// half of every 64-row block with cp.async and forwards it to the other with shared-to-shared
-  /// bulk copies, so each kv row leaves L2 once per token (wgmma_cluster_single_pass /
-  /// wgmma_cluster_split_topk; launched with a cluster dimension of 2).
-  cluster_pair = 1,
-  /// As cp_async, but the CTA's Q tile comes as TMA boxes of 64 heads x 64 columns (one per
-  /// panel, 128B swizzled: the tile layout of wgmma_sm90.cuh), issued by one producer thread
-  /// behind the same two half barriers (wgmma_q_tma_single_pass / wgmma_q_tma_split_topk).
-  q_tma = 2,
-};
-
-/// Where work item `item` sits: its token, first of its 64 heads and top-k slice. Items run
-/// slice-fastest, then head group, then token; in a cluster pair the head group runs fastest, so
-/// the two CTAs of a cluster (consecutive in the grid) are the two head groups of one (token,
-/// slice).
+/// Where work item `item` sits: its token, first of its 64 heads and top-k slice (items run
+/// slice-fastest, then head group, then token).
 struct WgmmaItemPos {
   int token;
   int head0;
   int split;
 };
 
-template <WgmmaFill F>
 __device__ __forceinline__ WgmmaItemPos wgmma_item_pos(const SparseMlaParams& p, int item) {
   const int groups = p.h_q >> 6;
-  if constexpr (F == WgmmaFill::cluster_pair) {
-    const int ts = item / groups;
-    return {ts / p.num_splits, (item % groups) * 64, ts % p.num_splits};
-  } else {
-    const int th = item / p.num_splits;
-    return {th / groups, (th % groups) * 64, item % p.num_splits};
-  }
+  const int th = item / p.num_splits;
+  return {th / groups, (th % groups) * 64, item % p.num_splits};
 }
 
 /// One work item: (token, 64 heads, top-k slice) and the slice's valid index range [j0, j_end).
@@ -138,10 +107,9 @@ struct WgmmaItem {
   int n_pairs;  ///< pairs of 64-row blocks; an odd block count ends with an all-masked block
 };
 
-template <WgmmaFill F>
 __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int item) {
   WgmmaItem it;
-  const WgmmaItemPos at = wgmma_item_pos<F>(p, item);
+  const WgmmaItemPos at = wgmma_item_pos(p, item);
   it.token = at.token;
   it.head0 = at.head0;
   it.split = at.split;
@@ -157,205 +125,10 @@ __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int it
   return it;
 }
 
-/// Barrier addresses of the shared-memory plan (8 bytes each from `bar_base`).
-struct WgmmaBarriers {
-  std::uint32_t base;
-  /// kv half `h` (0 left, 1 right) of buffer `b` has landed: the consumers wait on it.
-  __device__ __forceinline__ std::uint32_t full(int b, int h) const { return base + static_cast<std::uint32_t>((2 * b + h) * 8); }
-  /// kv half `h` of buffer `b` is free: its readers arrive, the producer waits.
-  __device__ __forceinline__ std::uint32_t empty(int b, int h) const {
-    return base + 32u + static_cast<std::uint32_t>((2 * b + h) * 8);
-  }
-  __device__ __forceinline__ std::uint32_t q_left() const { return base + 64u; }
-  __device__ __forceinline__ std::uint32_t q_right() const { return base + 72u; }
-  /// Cluster pair: this CTA's own rows of kv half `h` of buffer `b` have landed (the forwarder waits).
-  __device__ __forceinline__ std::uint32_t own(int b, int h) const { return base + 80u + static_cast<std::uint32_t>((2 * b + h) * 8); }
-};
-
-/// Producer warpgroup of the cluster-pair kernel (WgmmaFill::cluster_pair). CTA r of the pair
-/// owns rows 32 r .. 32 r + 31 of every 64-row block: in each 8 KB panel of a buffer, the 4 KB
-/// at offset 4096 r (the tile layout of wgmma_sm90.cuh puts row k at byte 128 k of its panel).
-///   - Warps 0-1 (the gatherers, 64 threads) load the index values of this CTA's rows one pair
-///     ahead, wait for a half's empty barrier (which counts the consumers of both CTAs, so
-///     neither this CTA's buffer nor the partner's is still being read), write the rows' 0 / -inf
-///     mask entries (first half of a block only) and gather the rows with 16-byte cp.async into
-///     their usual swizzled slots (masked rows zero-filled, as in the cp.async kernel), then
-///     arrive on the half's own barrier once the copies have landed.
-///   - Warps 2-3 load the CTA's Q with cp.async (Q is per head group: nothing to share), then
-///     lane 0 of warp 2 (the forwarder) walks the same halves in the same order: once a half's
-///     own barrier completes it makes the gatherers' writes visible to the async proxy
-///     (fence.proxy.async), sends each of the half's 4 KB panel chunks (and, with a block's first
-///     half, its 128 bytes of mask) to the same offsets in the partner with
-///     cp.async.bulk.shared::cluster.shared::cta, completing on the partner's full barrier, and
-///     arrives on this CTA's full barrier expecting the bytes the partner sends it. A full barrier
-///     (one arrival) thus completes once this CTA's rows have landed and the partner's have
-///     arrived; a CTA never waits for the partner's bytes before sending its own.
-/// At d_qk 576, K0's rope panel (panel 8) becomes P0 (WgmmaSmem::kOffS0) after WG0's Q K0^T, while
-/// an outgoing copy of it might still be reading: that panel is not forwarded, each CTA gathers
-/// all 64 of its rows (index values of the partner's rows of K0 included), so no consumer ever
-/// writes a region that a bulk copy reads.
 template <int D>
-__device__ __forceinline__ void wgmma_cluster_producer(const SparseMlaParams& p, const WgmmaItem& it, unsigned char* sm,
-                                                       std::uint32_t sb, int x) {
+__global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
+                                                                              const __grid_constant__ CUtensorMap out_map) {
   using L = WgmmaSmem<D>;
-  constexpr bool kWholeRope = D == 576;  // K0's panel 8 is gathered whole in both CTAs
-  const WgmmaBarriers bars{sb + L::kOffBar};
-  const std::uint32_t rank = cluster_ctarank();
-  const std::uint32_t peer = rank ^ 1u;
-  const int own0 = 32 * static_cast<int>(rank);  // this CTA's first row of every block
-  const int n_pairs = it.n_pairs;
-  if (n_pairs == 0) return;  // nothing waits for Q or kv rows, in either CTA (same token and slice)
-  const int c8 = x & 7;  // 16-byte chunk within a 128-byte panel row
-  if (x >= 64) {
-    // ---- Q (warps 2-3): rows rq + 8 i, i < 8, chunk c8 of each panel
-    const int rq = (x - 64) >> 3;
-    const __nv_bfloat16* qsrc = p.q + static_cast<std::int64_t>(it.token) * p.q_token_stride + it.head0 * D + c8 * 8;
-    const std::uint64_t q_policy = l2_evict_first();  // each Q row is read by one CTA only
-    auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r = rq + 8 * i;
-        const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ rq) << 4));
-#pragma unroll
-        for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
-      }
-      mbar_arrive_on_cp_async(bar);
-      mbar_arrive(bar);
-    };
-    // d_qk 576: the 32 index values of the partner's rows of K0, one aligned 128-byte line per
-    // pair, which the gatherers read at the pair's step 2 (K0's rope panel), go to this SM's L1
-    // one pair ahead; the gatherers hold no registers for them across the pair.
-    [[maybe_unused]] const std::int32_t* peer_idx =
-        p.indices + static_cast<std::int64_t>(it.token) * p.topk + it.j0 + (32 - own0);
-    [[maybe_unused]] const int peer_left = it.j_end - it.j0 - (32 - own0);
-    if constexpr (kWholeRope) {
-      if (x == 64 && peer_left > 0) prefetch_l1(peer_idx);
-    }
-    load_q(0, 4, bars.q_left());
-    load_q(4, L::kPanels, bars.q_right());
-    if (x != 64) return;
-    // ---- the forwarder
-    const std::uint32_t peer_mask = cluster_map(sb + L::kOffMask, peer);
-    for (int pair = 0; pair < n_pairs; ++pair) {
-      const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
-      if constexpr (kWholeRope) {
-        if (pair + 1 < n_pairs && 2 * (pair + 1) * 64 < peer_left) prefetch_l1(peer_idx + 2 * (pair + 1) * 64);
-      }
-#pragma unroll
-      for (int step = 0; step < 4; ++step) {
-        const int bb = step & 1;
-        const int hh = ((step + 1) >> 1) & 1;
-        const int pn0 = hh ? 4 : 0;
-        const int pn1 = hh ? ((kWholeRope && bb == 0) ? 8 : L::kPanels) : 4;  // panels forwarded
-        mbar_wait(bars.own(bb, hh), static_cast<std::uint32_t>(pair & 1));
-        // Complete already (the gatherers waited on it before their copies); the cluster-scope
-        // acquire orders the partner consumers' releases before the writes into their buffer.
-        mbar_wait_cluster(bars.empty(bb, hh), parity);
-        fence_proxy_async();  // the gatherers' cp.async data and mask entries, visible to the bulk copies
-        const std::uint32_t peer_full = cluster_map(bars.full(bb, hh), peer);
-        const std::uint32_t chunk = sb + (bb ? L::kOffK1 : L::kOffK0) + static_cast<std::uint32_t>(own0) * 128u;
-#pragma unroll
-        for (int pn = pn0; pn < pn1; ++pn)
-          bulk_copy_to_cluster(cluster_map(chunk + pn * 8192, peer), chunk + pn * 8192, 4096u, peer_full);
-        const std::uint32_t mask_off = static_cast<std::uint32_t>((bb * 64 + own0) * 4);
-        if (step < 2) bulk_copy_to_cluster(peer_mask + mask_off, sb + L::kOffMask + mask_off, 128u, peer_full);
-        // What the partner sends this CTA for the same half: the same panels, the same mask share.
-        mbar_arrive_expect_tx(bars.full(bb, hh), static_cast<std::uint32_t>((pn1 - pn0) * 4096 + (step < 2 ? 128 : 0)));
-      }
-      // The next wave's Q rows into L2, as in the cp.async kernel (issued here, where registers
-      // are plenty, rather than by a gatherer).
-      if (p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
-        const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
-        if (next < p.num_items) {
-          const WgmmaItemPos at = wgmma_item_pos<WgmmaFill::cluster_pair>(p, static_cast<int>(next));
-          prefetch_l2_bulk(p.q + static_cast<std::int64_t>(at.token) * p.q_token_stride + at.head0 * D, 64u * D * 2u);
-        }
-      }
-    }
-    return;
-  }
-  // ---- the gatherers (warps 0-1): rows own0 + rsub + 8 i, i < 4, chunk c8
-  const int rsub = x >> 3;
-  // This thread's first index value and first row slot (byte offset in a buffer), and how many
-  // index values of the slice are left from the first one.
-  const std::int32_t* idx = p.indices + static_cast<std::int64_t>(it.token) * p.topk + it.j0 + own0 + rsub;
-  const int idx_left = it.j_end - it.j0 - own0 - rsub;
-  const std::uint32_t slot = static_cast<std::uint32_t>((own0 + rsub) * 128 + ((c8 ^ rsub) << 4));
-  float* mask_row = reinterpret_cast<float*>(sm + L::kOffMask) + own0 + rsub;
-  // d_qk 576: the partner's rows of K0 (for K0's rope panel), relative to this CTA's.
-  [[maybe_unused]] const int to_peer = 32 - 2 * own0;
-  // The index values of pair `pr` (-1 past the slice's valid part), one pair ahead as in the
-  // cp.async kernel.
-  auto load_indices = [&](int pr, int (&raw)[2][4]) {
-#pragma unroll
-    for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int j = (2 * pr + bb) * 64 + 8 * i;
-        raw[bb][i] = j < idx_left ? __ldg(idx + j) : -1;
-      }
-  };
-  auto valid_row = [&](int id) { return id < 0 || id >= p.s_kv ? -1 : id; };
-  // 16-byte chunk c8 of the row at `dst` (slot of panel 0) over panels [pn0, pn1), from kv row `id`.
-  auto gather = [&](std::uint32_t dst, int id, int pn0, int pn1) {
-    const __nv_bfloat16* src = p.kv + c8 * 8;
-    if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
-    const int bytes = id >= 0 ? 16 : 0;
-#pragma unroll
-    for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
-  };
-  int next_raw[2][4];
-  load_indices(0, next_raw);
-  for (int pair = 0; pair < n_pairs; ++pair) {
-    int rows[2][4];  // kv row per (block of the pair, own row slot); -1 = masked
-#pragma unroll
-    for (int bb = 0; bb < 2; ++bb)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) rows[bb][i] = valid_row(next_raw[bb][i]);
-    if (pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
-    const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
-    // The cp.async kernel's fill order: K0 left, K1 right, K0 right, K1 left.
-#pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      const int bb = step & 1;
-      const int hh = ((step + 1) >> 1) & 1;
-      mbar_wait_cluster(bars.empty(bb, hh), parity);
-      if (step < 2 && c8 == 0) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) mask_row[bb * 64 + 8 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
-      }
-      const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0) + slot;
-      const int pn0 = hh ? 4 : 0;
-      const int pn1 = hh ? L::kPanels : 4;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) gather(buf + i * 1024, rows[bb][i], pn0, pn1);
-      if constexpr (kWholeRope) {
-        if (bb == 0 && hh == 1) {
-          const std::uint32_t peer_buf = buf + static_cast<std::uint32_t>(to_peer * 128);
-          int peer_raw[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int j = 2 * pair * 64 + to_peer + 8 * i;
-            peer_raw[i] = j < idx_left ? __ldg(idx + j) : -1;
-          }
-#pragma unroll
-          for (int i = 0; i < 4; ++i) gather(peer_buf + i * 1024, valid_row(peer_raw[i]), 8, 9);
-        }
-      }
-      mbar_arrive_on_cp_async(bars.own(bb, hh));
-      mbar_arrive(bars.own(bb, hh));
-    }
-  }
-}
-
-/// The kernel body of every fill mode.
-/// `q_map` (q as {d_qk, h_q, s_q} in 64 x 64 boxes) is read by the q_tma mode only.
-template <int D, WgmmaFill F>
-__device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const CUtensorMap* out_map,
-                                                [[maybe_unused]] const CUtensorMap* q_map) {
-  using L = WgmmaSmem<D>;
-  constexpr bool kPair = F == WgmmaFill::cluster_pair;
-  constexpr bool kQTma = F == WgmmaFill::q_tma;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   const std::uint32_t sb = smem_addr(sm);
@@ -367,30 +140,16 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
   const std::uint32_t q_bar_right = bar_base + 72u;
 
   if (threadIdx.x == 0) {
-    if constexpr (kPair) {
-      // full: the forwarder's one arrival (+ the partner's bytes); empty: lane 0 of each consumer
-      // warp of the releasing warpgroup, in both CTAs; Q and own: the 64 threads that copy them.
-      for (int i = 0; i < 4; ++i) mbar_init(bar_base + 8u * i, 1);
-      for (int i = 4; i < 8; ++i) mbar_init(bar_base + 8u * i, 8);
-      for (int i = 8; i < 14; ++i) mbar_init(bar_base + 8u * i, 64);
-    } else {
-      for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, (kQTma && i >= 8) ? 1 : 128);  // Q by TMA: one issuer + bytes
-    }
+    for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, 128);
     mbar_init_fence();
   }
-  if constexpr (kPair) {
-    // Both CTAs' barriers exist before either CTA's copies or arrivals reach them.
-    cluster_arrive();
-    cluster_wait();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   // Broadcast from lane 0 so the compiler sees the warpgroup index as warp-uniform: the role
   // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) >> 7, 0);
   const int x = static_cast<int>(threadIdx.x) & 127;
-  const WgmmaItem it = wgmma_item<F>(p, static_cast<int>(blockIdx.x));
+  const WgmmaItem it = wgmma_item(p, static_cast<int>(blockIdx.x));
   const int token = it.token;
   const int head0 = it.head0;
   const int n_pairs = it.n_pairs;
@@ -399,10 +158,6 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
   if (wg == 2) {
     // ------------------------------------------------------------------ producer
     regs_decrease<kWgmmaProducerRegs>();
-    if constexpr (kPair) {
-      wgmma_cluster_producer<D>(p, it, sm, sb, x);
-      return;
-    }
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
@@ -410,29 +165,16 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
     const __nv_bfloat16* qsrc = p.q + static_cast<std::int64_t>(token) * p.q_token_stride + head0 * D + c8 * 8;
     const std::uint64_t q_policy = l2_evict_first();  // each Q row is read by one CTA only
     auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
-      if constexpr (kQTma) {
-        // One thread: the half's bytes announced, then one box per panel (64 heads x 64 columns
-        // of this token), which the TMA unit writes 128B-swizzled into the panel.
-        if (x == 0) {
-          mbar_arrive_expect_tx(bar, static_cast<std::uint32_t>(pn1 - pn0) * 8192u);
-          for (int pn = pn0; pn < pn1; ++pn)
-            tma_load_3d(sb + L::kOffQ + pn * 8192, q_map, pn * 64, head0, token, bar, q_policy);
-        }
-      } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = rsub + 16 * i;
-          const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+      for (int i = 0; i < 4; ++i) {
+        const int r = rsub + 16 * i;
+        const std::uint32_t dst = sb + L::kOffQ + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
-        }
-        mbar_arrive_on_cp_async(bar);
-        mbar_arrive(bar);
+        for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
       }
+      mbar_arrive_on_cp_async(bar);
+      mbar_arrive(bar);
     };
-    if constexpr (kQTma) {
-      if (x == 0) tma_prefetch_map(q_map);
-    }
     if (n_pairs > 0) load_q(0, 4, q_bar_left);
     const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
     // The index values of pair `pr` (-1 past the slice's valid part, which is never read, nor
@@ -497,7 +239,7 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
       if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
         const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
         if (next < p.num_items) {
-          const WgmmaItemPos at = wgmma_item_pos<F>(p, static_cast<int>(next));
+          const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next));
           prefetch_l2_bulk(p.q + static_cast<std::int64_t>(at.token) * p.q_token_stride + at.head0 * D, 64u * D * 2u);
         }
       }
@@ -521,17 +263,6 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
   const std::uint32_t s1a = sb + L::kOffS1;
   float* m0_s = reinterpret_cast<float*>(sm + L::kOffM0);
   float* m1_s = reinterpret_cast<float*>(sm + L::kOffM1);
-  // A consumer warpgroup is done reading a buffer half: every thread arrives (cp.async kernel);
-  // in a cluster pair, lane 0 of each warp, once the warp's lanes are past their reads, on this
-  // CTA's barrier and on the partner's (its producer forwards into this CTA's buffer).
-  auto release = [&](std::uint32_t bar) {
-    if constexpr (kPair) {
-      __syncwarp();
-      mbar_arrive_pair_if(bar, cluster_ctarank() ^ 1u, lane == 0);
-    } else {
-      mbar_arrive(bar);
-    }
-  };
   constexpr std::uint32_t kVLbo = 64 * 128;  // MN-major V: next 64 value columns = next panel
   constexpr std::uint32_t kVSbo = 1024;      // next 8 kv rows
 
@@ -652,7 +383,7 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
       pv_rs(k0a);  // O += P0 V0[:, 0:256]
       wgmma_wait<0>();
       reg_fence(o);
-      release(empty_bar(0, 0));
+      mbar_arrive(empty_bar(0, 0));
       named_barrier(kWgBarM1, 256);
       float f[2];
 #pragma unroll
@@ -679,7 +410,7 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
         wgmma_commit();
         wgmma_wait<1>();
         reg_fence(o);
-        release(empty_bar(1, 0));
+        mbar_arrive(empty_bar(1, 0));
         mbar_wait(full_bar(0, 1), ph ^ 1u);
         fence_proxy_async();
         qk_steps(k0a, 16, L::kSteps, false);
@@ -689,7 +420,7 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
       } else {
         wgmma_wait<0>();
         reg_fence(o);
-        release(empty_bar(1, 0));
+        mbar_arrive(empty_bar(1, 0));
       }
     }
   } else {
@@ -732,18 +463,14 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
       pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
       named_barrier_arrive(kWgBarS1, 256);
       wgmma_wait<1>();
-      release(empty_bar(1, 1));
+      mbar_arrive(empty_bar(1, 1));
       wgmma_wait<0>();
       reg_fence(o);
-      release(empty_bar(0, 1));
+      mbar_arrive(empty_bar(0, 1));
     }
   }
 
   // ------------------------------------------------------------------ epilogue (both consumer WGs)
-  // A pair's CTAs leave together: neither exits while the other may still arrive on its barriers
-  // or copy into its shared memory (the arrival here follows this thread's last remote arrival
-  // and every full barrier this CTA waited on; the wait ends the kernel).
-  if constexpr (kPair) cluster_arrive();
   float* l_s = reinterpret_cast<float*>(sm + L::kOffL);
   float lq[2];
 #pragma unroll
@@ -775,7 +502,6 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<float2*>(po + (r0 + 8 * h) * 512 + 8 * n) = make_float2(o[4 * n + 2 * h], o[4 * n + 2 * h + 1]);
-    if constexpr (kPair) cluster_wait();
     return;
   }
   float inv[2];
@@ -815,34 +541,9 @@ __device__ __forceinline__ void wgmma_attention(const SparseMlaParams& p, const 
     const std::uint64_t policy = l2_evict_first();  // out rows are not read again here
 #pragma unroll
     for (int pn = 0; pn < 4; ++pn)
-      tma_store_box(out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, token, policy);
+      tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, token, policy);
     bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
   }
-  if constexpr (kPair) cluster_wait();
-}
-
-/// The cp.async kernel (SparseMlaKernel::wgmma_single_pass, wgmma_split_topk).
-template <int D>
-__global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
-                                                                              const __grid_constant__ CUtensorMap out_map) {
-  wgmma_attention<D, WgmmaFill::cp_async>(p, &out_map, nullptr);
-}
-
-/// The cp.async kernel with Q by TMA (SparseMlaKernel::wgmma_q_tma_single_pass,
-/// wgmma_q_tma_split_topk).
-template <int D>
-__global__ void __launch_bounds__(kWgmmaThreads, 1)
-    sparse_mla_wgmma_q_tma_kernel(const __grid_constant__ SparseMlaParams p, const __grid_constant__ CUtensorMap out_map,
-                                  const __grid_constant__ CUtensorMap q_map) {
-  wgmma_attention<D, WgmmaFill::q_tma>(p, &out_map, &q_map);
-}
-
-/// The cluster-pair kernel (SparseMlaKernel::wgmma_cluster_single_pass, wgmma_cluster_split_topk;
-/// h_q 128, launched in clusters of two CTAs along x).
-template <int D>
-__global__ void __launch_bounds__(kWgmmaThreads, 1)
-    sparse_mla_wgmma_cluster_kernel(const __grid_constant__ SparseMlaParams p, const __grid_constant__ CUtensorMap out_map) {
-  wgmma_attention<D, WgmmaFill::cluster_pair>(p, &out_map, nullptr);
 }
 
 

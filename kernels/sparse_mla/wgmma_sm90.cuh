@@ -1,10 +1,8 @@
-// Hopper (sm_90a) device helpers of the wgmma sparse MLA kernels (sparse_mla_wgmma_kernel.cuh):
-// shared-memory matrix descriptors, the three wgmma shapes the kernels issue, wgmma and proxy
-// fences, mbarriers with a bounded wait (CTA and cluster scope), expected transaction bytes and
-// remote arrivals, named-barrier arrival, cluster barriers and shared::cluster addresses,
-// shared-to-shared bulk copies between the CTAs of a cluster, register reallocation between
-// warpgroups, cp.async with an L2 prefetch hint, 3-D TMA loads and stores and L2 policies, and the
-// accumulator fragment layouts. Raw PTX, so the encodings tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are
+// Hopper (sm_90a) device helpers of the wgmma sparse MLA kernel (sparse_mla_wgmma_kernel.cuh):
+// shared-memory matrix descriptors, the three wgmma shapes the kernel issues, wgmma and proxy
+// fences, mbarriers with a bounded wait, named-barrier arrival, register reallocation between
+// warpgroups, cp.async with an L2 prefetch hint, TMA stores and L2 policies, and the accumulator
+// fragment layouts. Raw PTX, so the encodings tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are
 // exactly the ones written here.
 //
 // Shared-memory tile convention (the "128-byte-swizzle K-major" layout): a [rows x 64*P] bf16 tile
@@ -191,93 +189,6 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parit
       : "memory");
 }
 
-/// The same wait with cluster-scope acquire semantics: for a barrier that threads of the other
-/// CTA of a cluster arrive on (remote arrivals with release.cluster), so that what they did before
-/// arriving is ordered before what this thread does after (for instance, a bulk copy into their
-/// shared memory).
-__device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\n.reg .u64 t0, t1;\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-      "@p bra DONE_%=;\n"
-      "mov.u64 t0, %%clock64;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-      "@p bra DONE_%=;\n"
-      "mov.u64 t1, %%clock64;\n"
-      "sub.u64 t1, t1, t0;\n"
-      "setp.lt.u64 p, t1, 17179869184;\n"
-      "@p bra WAIT_%=;\n"
-      "trap;\n"
-      "DONE_%=:\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-/// Arrives on `bar` and raises its expected transaction bytes by `bytes` (the bulk copies that
-/// complete on it count them down; they may land before this arrival).
-__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-/// Where `pred` holds: arrives on `bar` of this CTA and on the barrier at the same offset in CTA
-/// `peer` of the cluster, both with cluster-scope release semantics (the producer that waits on
-/// either may then overwrite what this thread's warpgroup read).
-__device__ __forceinline__ void mbar_arrive_pair_if(std::uint32_t bar, std::uint32_t peer, bool pred) {
-  asm volatile(
-      "{\n.reg .pred p;\n.reg .b32 remote;\nsetp.ne.b32 p, %2, 0;\n"
-      "@p mbarrier.arrive.release.cluster.shared::cta.b64 _, [%0];\n"
-      "@p mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(peer), "r"(static_cast<int>(pred))
-      : "memory");
-}
-
-// ---- clusters
-/// This CTA's rank in its cluster.
-__device__ __forceinline__ std::uint32_t cluster_ctarank() {
-  std::uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-/// Arrival on the cluster barrier (release: this thread's earlier memory accesses, remote
-/// mbarrier arrivals included, are visible to the threads its wait releases).
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-/// Waits until every non-exited thread of the cluster has arrived.
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-/// The shared::cluster address of the byte at shared::cta address `addr` of this CTA's shared
-/// memory plan, in CTA `rank` of the cluster (same offset).
-__device__ __forceinline__ std::uint32_t cluster_map(std::uint32_t addr, std::uint32_t rank) {
-  std::uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-/// Bulk copy of `bytes` (a multiple of 16, both ends 16-byte aligned) from this CTA's shared
-/// memory at `src` to another CTA's at the shared::cluster address `dst`; completes `bytes`
-/// transaction bytes on the mbarrier at the shared::cluster address `bar` (in the destination
-/// CTA). It reads `src` through the async proxy: order generic writes before it with
-/// fence.proxy.async.
-__device__ __forceinline__ void bulk_copy_to_cluster(std::uint32_t dst, std::uint32_t src, std::uint32_t bytes,
-                                                     std::uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "r"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
-// ---- TMA loads (tensor maps from __grid_constant__ parameters, completion on an mbarrier)
-/// Prefetches the tensor map at `map` (a kernel parameter) into the TMA unit's descriptor cache.
-__device__ __forceinline__ void tma_prefetch_map(const void* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
-}
-/// One box of a 3-D tensor at (c0, c1, c2) into this CTA's shared memory at `dst` with an L2
-/// policy; completes its bytes on `bar`.
-__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, int c0, int c1, int c2, std::uint32_t bar,
-                                            std::uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], "
-      "[%5], %6;\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
-      : "memory");
-}
-
 /// bar.arrive on named barrier `id` for `count` threads (the producer side of named_barrier).
 __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -324,11 +235,6 @@ __device__ __forceinline__ std::uint64_t l2_evict_first() {
 /// to wait for.
 __device__ __forceinline__ void prefetch_l2_bulk(const void* src, std::uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-/// Prefetch of the line holding `src` (global memory) into L1; nothing to wait for, no register
-/// held.
-__device__ __forceinline__ void prefetch_l1(const void* src) {
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(src) : "memory");
 }
 /// Closes this thread's bulk group and waits until its copies have read their shared source.
 __device__ __forceinline__ void bulk_commit_and_wait_read() {

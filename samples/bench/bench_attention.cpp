@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,15 +73,10 @@ constexpr NamedPath kPaths[] = {
     {"split_topk", kernels::SparseMlaPath::split_topk, "spgraph-split-topk"},
     {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
-    {"single_pass_cluster", kernels::SparseMlaPath::single_pass_cluster, "spgraph-single-pass-cluster"},
-    {"split_topk_cluster", kernels::SparseMlaPath::split_topk_cluster, "spgraph-split-topk-cluster"},
-    {"single_pass_q_tma", kernels::SparseMlaPath::single_pass_q_tma, "spgraph-single-pass-q-tma"},
-    {"split_topk_q_tma", kernels::SparseMlaPath::split_topk_q_tma, "spgraph-split-topk-q-tma"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
-  return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma ||
-         p == kernels::SparseMlaPath::split_topk_cluster || p == kernels::SparseMlaPath::split_topk_q_tma;
+  return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma;
 }
 
 /// Splits "a,b,c" into its non-empty parts.
@@ -186,11 +180,10 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     double us;
     double tflops;
     double flashmla_us;
-    int resident;    ///< CTAs resident at once
     double auto_us;  ///< the row's automatic variant, 0 when it was not timed
   };
   std::vector<Summary> summary;
-  std::printf("%-18s %6s %4s %5s %6s %5s %19s %6s %9s %9s %11s %7s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
+  std::printf("%-18s %6s %4s %5s %6s %5s %17s %6s %9s %9s %11s %7s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
               "kernel", "split", "gpu_us", "TFLOP/s", "FlashMLA_us", "ratio");
   for (const Row& row : table_a()) {
     if (opt.quick && !row.quick) continue;
@@ -304,26 +297,16 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       reporter.add({"attention", row_name, variant, "tflops", tflops});
       reporter.add({"attention", row_name, variant, "kernel", static_cast<double>(static_cast<int>(t.plan.kernel))});
       reporter.add({"attention", row_name, variant, "num_splits", static_cast<double>(t.plan.num_splits)});
-      // CTAs the device holds at once: below the SM count for a cluster-pair kernel when a GPC
-      // has an SM no partner can pair with.
-      int resident = -1;  // -1: the occupancy query failed (the timing stands; the report says so)
-      try {
-        resident = kernels::SparseMla::resident_ctas(t.args);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench: resident CTAs of %s on %s: %s\n", t.path->name, row_name.c_str(), e.what());
-      }
-      reporter.add({"attention", row_name, variant, "resident_ctas", static_cast<double>(resident)});
       if (rounds > 1)
         for (int r = 0; r < rounds; ++r)
           reporter.add({"attention", row_name, variant, "gpu_us_round" + std::to_string(r), t.us[static_cast<std::size_t>(r)]});
       char path_s[16];
       std::snprintf(path_s, sizeof path_s, t.plan.split ? "x%d" : "1", t.plan.num_splits);
-      std::printf("%-18s %6d %4d %5d %6d %5d %19s %6s %9.1f %9.1f %11.1f %7.3f  %s (%d resident CTAs)\n", row.label,
-                  row.d_qk, row.h_q, row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(t.plan.kernel), path_s, us,
-                  tflops, row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant, resident);
+      std::printf("%-18s %6d %4d %5d %6d %5d %17s %6s %9.1f %9.1f %11.1f %7.3f  %s\n", row.label, row.d_qk, row.h_q,
+                  row.topk, row.s_kv, row.s_q, kernels::sparse_mla_kernel_name(t.plan.kernel), path_s, us, tflops,
+                  row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant);
       std::fflush(stdout);
-      summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us,
-                         resident, 0.0});
+      summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us, 0.0});
     }
     // The row's automatic figure, for each variant's A/B ratio in the summary.
     const auto row_begin = summary.end() - static_cast<std::ptrdiff_t>(timed.size());
@@ -337,12 +320,12 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
   std::printf("== attention summary (%s, %d round%s; FlashMLA: 9241ae3, H200, 2026-12-01, sustained)\n", timing, rounds,
               rounds == 1 ? "" : "s");
   // vs_auto = the row's automatic time / this variant's time (above 1: faster than automatic).
-  std::printf("%-28s %-30s %-19s %10s %9s %11s %7s %7s %8s\n", "row", "variant", "kernel", "median_us", "TFLOP/s",
-              "FlashMLA_us", "ratio", "vs_auto", "resident");
+  std::printf("%-28s %-30s %-17s %10s %9s %11s %7s %7s\n", "row", "variant", "kernel", "median_us", "TFLOP/s",
+              "FlashMLA_us", "ratio", "vs_auto");
   for (const Summary& r : summary)
-    std::printf("%-28s %-30s %-19s %10.1f %9.1f %11.1f %7.3f %7.3f %8d\n", r.row.c_str(), r.variant.c_str(), r.kernel.c_str(),
+    std::printf("%-28s %-30s %-17s %10.1f %9.1f %11.1f %7.3f %7.3f\n", r.row.c_str(), r.variant.c_str(), r.kernel.c_str(),
                 r.us, r.tflops, r.flashmla_us, r.flashmla_us > 0 ? r.flashmla_us / r.us : 0.0,
-                r.auto_us > 0 ? r.auto_us / r.us : 0.0, r.resident);
+                r.auto_us > 0 ? r.auto_us / r.us : 0.0);
   std::printf("== end of attention summary\n");
   std::fflush(stdout);
 }

@@ -20,8 +20,7 @@ struct AttentionOptions {
   /// after 25 ms of warm-up and over at least 100 ms.
   bool burst{false};
   /// Comma-separated SparseMlaPath names (automatic, single_pass, split_topk, single_pass_mma,
-  /// split_topk_mma, single_pass_cluster, split_topk_cluster, single_pass_q_tma, split_topk_q_tma)
-  /// to time on every row, split paths on the small chunks only, each kernel
+  /// split_topk_mma) to time on every row, split paths on the small chunks only, each kernel
   /// once per row; empty: the default set (automatic and the mma.sync single pass, and on small
   /// chunks also single_pass, split_topk and split_topk_mma).
   std::string paths;
@@ -35,12 +34,12 @@ struct AttentionOptions {
 ///        "spgraph" (the automatic path) or "spgraph-<path>" (e.g. "spgraph-split-topk"),
 ///        metrics "gpu_us" and "tflops" (medians), "gpu_us_round<r>" (each round's median, with
 ///        several rounds), "kernel" (the kernels::SparseMlaKernel value of the plan that ran; the
-///        table prints its name), "num_splits" and "resident_ctas" (SparseMla::resident_ctas)
-///        (FlashMLA's figures are constants, printed beside each row and in the summary, never
-///        recorded as this run's measurements). Prints a line per
+///        table prints its name) and "num_splits" (FlashMLA's figures are constants, printed beside
+///        each row and in the summary, never recorded as this run's measurements). Prints a line per
 ///        (row, variant) as it goes and a summary table last, between "== attention summary" and
-///        "== end of attention summary". FLOPs = 2 * (valid indices) * h_q * (d_qk + 512); inputs
-///        are seeded random values, indices random valid rows.
+///        "== end of attention summary", whose vs_auto column is the row's automatic time / the
+///        variant's (the A/B ratio; above 1: faster than automatic). FLOPs = 2 * (valid indices)
+///        * h_q * (d_qk + 512); inputs are seeded random values, indices random valid rows.
 /// @throws CudaError / InvalidArgument from the device or the op; Error for an unknown path name.
 void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const AttentionOptions& options);
 

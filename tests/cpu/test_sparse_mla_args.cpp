@@ -43,18 +43,6 @@ TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "
   rejects([](k::SparseMlaArgs& b) { b.s_q = 20'000'000; b.h_q = 128; }, "output rows");
   rejects([](k::SparseMlaArgs& b) { b.sm_scale = std::numeric_limits<float>::infinity(); }, "sm_scale");
   rejects([](k::SparseMlaArgs& b) { b.kv_row_stride = std::int64_t{1} << 39; }, "kv_row_stride");
-  rejects([](k::SparseMlaArgs& b) { b.path = static_cast<k::SparseMlaPath>(9); }, "path");
-  rejects([](k::SparseMlaArgs& b) { b.path = static_cast<k::SparseMlaPath>(-1); }, "path");
-  rejects([](k::SparseMlaArgs& b) { b.path = k::SparseMlaPath::split_topk_cluster; b.num_splits = 3; }, "num_splits");
-  rejects([](k::SparseMlaArgs& b) { b.path = k::SparseMlaPath::split_topk_q_tma; b.num_splits = 3; }, "num_splits");
-  for (const auto path : {k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster,
-                          k::SparseMlaPath::single_pass_q_tma, k::SparseMlaPath::split_topk_q_tma}) {
-    for (const int h_q : {64, 128}) {  // h_q 64 runs the plain wgmma kernel on the cluster paths
-      k::SparseMlaArgs b = shape_only_args(100, 128, 5, h_q, 512);
-      b.path = path;
-      CHECK_NOTHROW(k::SparseMla::can_implement(b));
-    }
-  }
 }
 
 TEST_CASE("sparse_mla: can_implement bounds the q and out token strides", "[sparse_mla]") {

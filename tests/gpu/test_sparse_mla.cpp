@@ -261,26 +261,8 @@ std::string plan_name(const k::SparseMlaPlan& plan) {
          (plan.split ? " x" + std::to_string(plan.num_splits) : std::string());
 }
 
-/// The kernel an explicit path's plan must name: the cluster paths pair CTAs at h_q 128 only.
-k::SparseMlaKernel expected_kernel(k::SparseMlaPath path, int h_q) {
-  switch (path) {
-    case k::SparseMlaPath::single_pass: return k::SparseMlaKernel::wgmma_single_pass;
-    case k::SparseMlaPath::split_topk: return k::SparseMlaKernel::wgmma_split_topk;
-    case k::SparseMlaPath::single_pass_mma: return k::SparseMlaKernel::mma_single_pass;
-    case k::SparseMlaPath::split_topk_mma: return k::SparseMlaKernel::mma_split_topk;
-    case k::SparseMlaPath::single_pass_cluster:
-      return h_q == 128 ? k::SparseMlaKernel::wgmma_cluster_single_pass : k::SparseMlaKernel::wgmma_single_pass;
-    case k::SparseMlaPath::split_topk_cluster:
-      return h_q == 128 ? k::SparseMlaKernel::wgmma_cluster_split_topk : k::SparseMlaKernel::wgmma_split_topk;
-    case k::SparseMlaPath::single_pass_q_tma: return k::SparseMlaKernel::wgmma_q_tma_single_pass;
-    case k::SparseMlaPath::split_topk_q_tma: return k::SparseMlaKernel::wgmma_q_tma_split_topk;
-    case k::SparseMlaPath::automatic: break;
-  }
-  return k::SparseMlaKernel::wgmma_single_pass;
-}
-
 /// Runs a problem on each of `paths` in both modes and checks every run against one reference;
-/// an automatic path must pick the kernel the rule names, an explicit one the kernel it names.
+/// an automatic path must pick the kernel the rule names.
 void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths, cudaStream_t stream,
                    int num_splits = 0) {
   const ref::SparseMlaReferenceOutputs want = reference_of(p);
@@ -291,9 +273,6 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
     if (path == k::SparseMlaPath::automatic) {
       INFO(describe(p) << ": automatic chose" << plan_name(plan));
       CHECK(plan.kernel == expected_automatic(p));
-    } else {
-      INFO(describe(p) << ": path " << static_cast<int>(path) << " planned" << plan_name(plan));
-      CHECK(plan.kernel == expected_kernel(path, p.h_q));
     }
     for (const Mode mode : {Mode::eager, Mode::graph}) {
       const Outputs got = run_mode(d, mode, stream);
@@ -302,17 +281,12 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
   }
 }
 
-/// Every kernel, by its explicit path: the wgmma kernel (single pass and split), its cluster-pair
-/// form (h_q 128; at h_q 64 those paths run the wgmma kernel), its Q-by-TMA form and the mma.sync
-/// kernels.
-const std::vector<k::SparseMlaPath> kAllKernels = {
-    k::SparseMlaPath::single_pass,         k::SparseMlaPath::split_topk,          k::SparseMlaPath::single_pass_mma,
-    k::SparseMlaPath::split_topk_mma,      k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster,
-    k::SparseMlaPath::single_pass_q_tma,   k::SparseMlaPath::split_topk_q_tma};
+/// The four kernels, by their explicit paths.
+const std::vector<k::SparseMlaPath> kAllKernels = {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk,
+                                                   k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma};
 
 bool is_split(k::SparseMlaPath path) {
-  return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma ||
-         path == k::SparseMlaPath::split_topk_cluster || path == k::SparseMlaPath::split_topk_q_tma;
+  return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma;
 }
 
 /// `p` with kv rows re-laid at `stride` elements; the padding past d_qk holds NaN, so a kernel
@@ -404,13 +378,6 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
             if (chosen != k::SparseMlaKernel::wgmma_single_pass) paths.push_back(k::SparseMlaPath::single_pass);
             if (chosen != k::SparseMlaKernel::wgmma_split_topk && s_q == 1) paths.push_back(k::SparseMlaPath::split_topk);
             if (s_q == 1) paths.push_back(k::SparseMlaPath::split_topk_mma);
-            // The cluster-pair and Q-by-TMA kernels on every case, their splits at s_q 1.
-            paths.push_back(k::SparseMlaPath::single_pass_cluster);
-            paths.push_back(k::SparseMlaPath::single_pass_q_tma);
-            if (s_q == 1) {
-              paths.push_back(k::SparseMlaPath::split_topk_cluster);
-              paths.push_back(k::SparseMlaPath::split_topk_q_tma);
-            }
             check_problem(p, paths, stream.get());
           }
         }
@@ -498,9 +465,7 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
     bool max_bit_equal;
   };
   for (const Pair& pair : {Pair{k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma, true},
-                           Pair{k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk, false},
-                           Pair{k::SparseMlaPath::single_pass_cluster, k::SparseMlaPath::split_topk_cluster, false},
-                           Pair{k::SparseMlaPath::single_pass_q_tma, k::SparseMlaPath::split_topk_q_tma, false}}) {
+                           Pair{k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk, false}}) {
     for (const int d_qk : {512, 576}) {
       const Problem p = make_problem({d_qk, 128, 5003, 1024, 29},
                                      {.sink = true, .topk_length = true, .extra_invalid = 0.02}, 777 + d_qk);
@@ -621,7 +586,7 @@ TEST_CASE("sparse_mla: s_q = 70000 at h_q 128 runs past the 65535 grid limit", "
   for_ref.s_q = kSq;
   const auto want = reference_of(for_ref, sample, q_row);
 
-  for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::single_pass_cluster}) {
+  for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma}) {
     d.args.path = path;
     const std::string name = plan_name(k::SparseMla::plan(d.args));
     for (const Mode mode : {Mode::eager, Mode::graph}) {
@@ -751,11 +716,8 @@ TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][s
   for (const int d_qk : {512, 576}) {
     for (const std::int64_t extra : {8, d_qk + 200}) {
       const Problem base = make_problem({d_qk, 128, 1201, 448, 71}, {.sink = true, .topk_length = true}, ++seed);
-      check_problem(with_stride(base, d_qk + extra),
-                    {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk,
-                     k::SparseMlaPath::split_topk_mma, k::SparseMlaPath::single_pass_cluster,
-                     k::SparseMlaPath::split_topk_cluster, k::SparseMlaPath::single_pass_q_tma,
-                     k::SparseMlaPath::split_topk_q_tma},
+      check_problem(with_stride(base, d_qk + extra), {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma,
+                                                      k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma},
                     stream.get(), 4);
     }
   }
@@ -836,57 +798,6 @@ TEST_CASE("sparse_mla: q and out at padded token strides: bit-identical, padding
   }
 }
 
-TEST_CASE("sparse_mla: the cluster-pair and Q-by-TMA kernels equal the cp.async kernel bit for bit", "[gpu][sparse_mla]") {
-  // Same tiles in shared memory (cluster pair: each CTA's half of a block gathered by it, the other
-  // half forwarded by its partner, masked rows zero-filled by whichever CTA owns them; Q by TMA:
-  // the TMA unit's 128B swizzle is the tile layout), same mask entries, same consumer code: out,
-  // max_logits and lse must be identical, single pass against single pass and split against split
-  // with the same slices. Masked rows of every kind, topk_length, an odd and an even block count,
-  // padded kv rows (NaN padding), tokens past num_tokens, and several waves of CTAs; the cluster
-  // pair at h_q 128 (at 64 its paths run the cp.async kernel), Q by TMA at both head counts.
-  spg::memory::Stream stream;
-  std::uint64_t seed = 9900;
-  struct Twin {
-    k::SparseMlaPath base;
-    k::SparseMlaPath path;
-  };
-  for (const int d_qk : {512, 576}) {
-    for (const int h_q : {64, 128}) {
-      for (const int topk : {320, 1024}) {
-        Problem p = with_stride(
-            make_problem({d_qk, h_q, 2999, topk, 167}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, ++seed),
-            d_qk + 24);
-        p.num_tokens = 161;
-        std::vector<Twin> twins = {{k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_q_tma},
-                                   {k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_q_tma}};
-        if (h_q == 128) {
-          twins.push_back({k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_cluster});
-          twins.push_back({k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_cluster});
-        }
-        for (const Twin& twin : twins) {
-          DeviceProblem base(p, twin.base, 3);
-          const Outputs want = run_mode(base, Mode::eager, stream.get());
-          DeviceProblem d(p, twin.path, 3);
-          const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
-          REQUIRE(plan.kernel == expected_kernel(twin.path, h_q));
-          REQUIRE(plan.num_splits == k::SparseMla::plan(base.args).num_splits);
-          for (const Mode mode : {Mode::eager, Mode::graph}) {
-            const Outputs got = run_mode(d, mode, stream.get());
-            std::size_t out_off = 0;
-            for (std::size_t i = 0; i < got.out.size(); ++i) out_off += got.out[i] != want.out[i];
-            const bool stats_equal = std::memcmp(got.max_logits.data(), want.max_logits.data(), got.lse.size() * 4) == 0 &&
-                                     std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4) == 0;
-            INFO(describe(p) << plan_name(plan) << " against" << plan_name(k::SparseMla::plan(base.args)) << " "
-                             << mode_name(mode) << ": " << out_off << " out elements differ");
-            CHECK(out_off == 0);
-            CHECK(stats_equal);
-          }
-        }
-      }
-    }
-  }
-}
-
 TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_mla]") {
   Problem p = make_problem({512, 128, 300, 1152, 1}, {}, 1);
   for (const int s_q : {1, 16, 64, 213, 4096}) {
@@ -908,17 +819,6 @@ TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_ml
     a.path = k::SparseMlaPath::split_topk_mma;
     CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::mma_split_topk);
     CHECK(k::SparseMla::plan(a).split);
-    for (const auto path : kAllKernels) {  // both head counts: the cluster paths pair CTAs at h_q 128 only
-      for (const int h_q : {64, 128}) {
-        k::SparseMlaArgs b = shape_only_args(p.s_kv, p.topk, s_q, h_q, p.d_qk);
-        b.path = path;
-        const k::SparseMlaPlan named = k::SparseMla::plan(b);
-        INFO("path " << static_cast<int>(path) << " h_q " << h_q << ":" << plan_name(named));
-        CHECK(named.kernel == expected_kernel(path, h_q));
-        CHECK(named.split == is_split(path));
-        CHECK((k::SparseMla::workspace_bytes(b) > 0) == is_split(path));
-      }
-    }
     a.path = k::SparseMlaPath::automatic;
     const k::SparseMlaPlan plan = k::SparseMla::plan(a);
     CHECK(plan.kernel == expected_automatic(p));
