@@ -77,8 +77,75 @@ std::int32_t int32_of(PyObject* o, const Where& w) {
   return checked_int(what.c_str(), int_value(nb::handle(o), what), kInt32Min, kInt32Max);
 }
 
-/// A host integer array (int32 or int64) of the given rank, or a refusal naming it.
-nb::ndarray<nb::ro> host_array(nb::handle v, const Where& w, int rank, const char* form) {
+/// A host integer array of rank 1 or 2 as read in place: its first element, extents, strides in
+/// elements and element size (int32 or int64).
+struct HostArray {
+  const void* data{nullptr};
+  int ndim{0};
+  std::int64_t shape[2]{};
+  std::int64_t stride[2]{};
+  int bits{0};
+
+  [[nodiscard]] std::int32_t at(std::int64_t offset, const Where& w) const {
+    if (bits == 32) return static_cast<const std::int32_t*>(data)[offset];
+    const std::int64_t v = static_cast<const std::int64_t*>(data)[offset];
+    if (v < kInt32Min || v > kInt32Max) {
+      throw nb::value_error((w.str() + " = " + std::to_string(v) + " does not fit in int32").c_str());
+    }
+    return static_cast<std::int32_t>(v);
+  }
+};
+
+/// The element type a buffer-protocol format names, as the frameworks print it.
+std::string format_name(const char* format, Py_ssize_t itemsize) {
+  std::string f = format != nullptr ? format : "B";
+  while (!f.empty() && std::string("@=<>!").find(f[0]) != std::string::npos) f.erase(0, 1);
+  const std::string bits = std::to_string(8 * itemsize);
+  if (f.size() == 1) {
+    if (std::string("bhilqn").find(f[0]) != std::string::npos) return "int" + bits;
+    if (std::string("BHILQN").find(f[0]) != std::string::npos) return "uint" + bits;
+    if (std::string("efd").find(f[0]) != std::string::npos) return "float" + bits;
+    if (f[0] == '?') return "bool";
+  }
+  return "format '" + f + "'";
+}
+
+void check_rank(const Where& w, int ndim, int rank, const char* form) {
+  if (ndim != rank) {
+    throw nb::value_error((w.str() + " has " + std::to_string(ndim) + " dims; it must be " + form).c_str());
+  }
+}
+
+/// A host integer array (int32 or int64) of the given rank, or a refusal naming it: through the
+/// buffer protocol where the object has it (NumPy: no DLPack capsule per call), else DLPack.
+HostArray host_array(nb::handle v, const Where& w, int rank, const char* form, HeldArrays& held) {
+  HostArray h;
+  Py_buffer* view = PyObject_CheckBuffer(v.ptr()) == 1 ? held.slot() : nullptr;
+  if (view != nullptr && PyObject_GetBuffer(v.ptr(), view, PyBUF_RECORDS_RO) == 0) {
+    held.taken();  // released with the others, whatever happens below
+    const std::string type = format_name(view->format, view->itemsize);
+    if (type != "int32" && type != "int64") {
+      throw nb::type_error((w.str() + ".dtype = " + type + " must be int32 or int64").c_str());
+    }
+    check_rank(w, view->ndim, rank, form);
+    h.data = view->buf;
+    h.ndim = view->ndim;
+    h.bits = static_cast<int>(8 * view->itemsize);
+    std::int64_t contiguous = 1;
+    for (int i = h.ndim - 1; i >= 0; --i) {
+      h.shape[i] = view->shape[i];
+      const std::int64_t bytes = view->strides != nullptr ? view->strides[i] : contiguous * view->itemsize;
+      if (bytes % view->itemsize != 0) {
+        throw nb::value_error((w.str() + " has a stride of " + std::to_string(bytes) +
+                               " bytes, not a whole number of elements")
+                                  .c_str());
+      }
+      h.stride[i] = bytes / view->itemsize;
+      contiguous *= h.shape[i];
+    }
+    return h;
+  }
+  if (view != nullptr) PyErr_Clear();
   nb::ndarray<nb::ro> a = import_array<nb::ro>(v, w.str());
   const nb::dlpack::dtype d = a.dtype();
   if (a.device_type() != kDLCPU) {
@@ -89,26 +156,18 @@ nb::ndarray<nb::ro> host_array(nb::handle v, const Where& w, int rank, const cha
   if (d.code != static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) || (d.bits != 32 && d.bits != 64) || d.lanes != 1) {
     throw nb::type_error((w.str() + ".dtype = " + dtype_name(d) + " must be int32 or int64").c_str());
   }
-  if (static_cast<int>(a.ndim()) != rank) {
-    throw nb::value_error((w.str() + " has " + std::to_string(a.ndim()) + " dims; it must be " + form).c_str());
+  check_rank(w, static_cast<int>(a.ndim()), rank, form);
+  h.data = a.data();
+  h.ndim = static_cast<int>(a.ndim());
+  h.bits = d.bits;
+  std::int64_t contiguous = 1;
+  for (int i = h.ndim - 1; i >= 0; --i) {
+    h.shape[i] = static_cast<std::int64_t>(a.shape(static_cast<std::size_t>(i)));
+    h.stride[i] = a.stride_ptr() != nullptr ? a.stride(static_cast<std::size_t>(i)) : contiguous;
+    contiguous *= h.shape[i];
   }
-  return a;
-}
-
-std::int32_t array_at(const nb::ndarray<nb::ro>& a, std::int64_t offset, const Where& w) {
-  if (a.dtype().bits == 32) return static_cast<const std::int32_t*>(a.data())[offset];
-  const std::int64_t v = static_cast<const std::int64_t*>(a.data())[offset];
-  if (v < kInt32Min || v > kInt32Max) {
-    throw nb::value_error((w.str() + " = " + std::to_string(v) + " does not fit in int32").c_str());
-  }
-  return static_cast<std::int32_t>(v);
-}
-
-std::int64_t stride_of(const nb::ndarray<nb::ro>& a, std::size_t i) {
-  if (a.stride_ptr() != nullptr) return a.stride(i);
-  std::int64_t s = 1;
-  for (std::size_t d = i + 1; d < a.ndim(); ++d) s *= static_cast<std::int64_t>(a.shape(d));
-  return s;
+  held.keep(std::move(a));
+  return h;
 }
 
 /// A list, tuple or other sequence of ints: PySequence_Fast's items (a new list only for the rare
@@ -151,7 +210,7 @@ struct Ints {
 /// place (and held); otherwise entries [lo, hi) (clamped to the length and `cap`) are converted
 /// into dst and the span is min(length, cap) long: entries outside [lo, hi) are never read.
 Ints read_ints(nb::handle v, const Where& w, std::int32_t* dst, std::size_t cap, std::size_t lo, std::size_t hi,
-               std::vector<nb::ndarray<nb::ro>>& held) {
+               HeldArrays& held) {
   Ints r;
   Items items;
   // Lists and tuples, then arrays (NumPy arrays are sequences too, read in place), then other sequences.
@@ -169,13 +228,11 @@ Ints read_ints(nb::handle v, const Where& w, std::int32_t* dst, std::size_t cap,
     return r;
   }
   if (array) {
-    nb::ndarray<nb::ro> a = host_array(v, w, 1, "1-D");
-    r.length = a.shape(0);
-    const std::int64_t stride = stride_of(a, 0);
-    if (a.dtype().bits == 32 && (stride == 1 || r.length <= 1)) {
-      r.data = static_cast<const std::int32_t*>(a.data());
+    const HostArray a = host_array(v, w, 1, "1-D", held);
+    r.length = static_cast<std::size_t>(a.shape[0]);
+    if (a.bits == 32 && (a.stride[0] == 1 || r.length <= 1)) {
+      r.data = static_cast<const std::int32_t*>(a.data);
       r.size = r.length;
-      held.push_back(std::move(a));
       return r;
     }
     r.size = std::min(r.length, cap);
@@ -183,7 +240,7 @@ Ints read_ints(nb::handle v, const Where& w, std::int32_t* dst, std::size_t cap,
     for (std::size_t j = lo; j < hi; ++j) {
       Where e = w;
       (e.row < 0 ? e.row : e.col) = static_cast<int>(j);
-      dst[j] = array_at(a, static_cast<std::int64_t>(j) * stride, e);
+      dst[j] = a.at(static_cast<std::int64_t>(j) * a.stride[0], e);
     }
     r.data = dst;
     return r;
@@ -210,7 +267,8 @@ ChunkReader::ChunkReader(const memory::PipelineConfig& config)
       swa_block_size_(config.cache.swa_block_size),
       block_tokens_(config.cache.block_tokens),
       swa_width_(static_cast<std::size_t>(config.swa_blocks_per_request())),
-      compressed_width_(static_cast<std::size_t>(config.compressed_blocks_per_request())) {
+      compressed_width_(static_cast<std::size_t>(config.compressed_blocks_per_request())),
+      held_(4 * (static_cast<std::size_t>(config.max_requests) + 1) + 8) {
   const auto slots = static_cast<std::size_t>(max_requests_) + 1;
   requests_.resize(slots);
   for (auto& l : lens_) l.resize(slots + 1);  // query_start_loc takes one more
@@ -221,7 +279,16 @@ ChunkReader::ChunkReader(const memory::PipelineConfig& config)
     compressed_slots_[i].resize(
         static_cast<std::size_t>(graphs::ChunkMetaLayout::compressed_slot_capacity(config, graphs::kRatios[i])) + 1);
   }
-  held_.reserve(4 * slots + 8);
+}
+
+HeldArrays::HeldArrays(std::size_t capacity) : buffers_(new Py_buffer[capacity]), capacity_(capacity) {
+  arrays_.reserve(capacity);
+}
+
+void HeldArrays::release() noexcept {
+  for (std::size_t i = 0; i < used_; ++i) PyBuffer_Release(&buffers_[i]);
+  used_ = 0;
+  arrays_.clear();
 }
 
 void ChunkReader::read_plan(const PlannedChunk& chunk) {
@@ -298,19 +365,16 @@ void ChunkReader::read_table(nb::handle table, const char* what, int ratio, int 
                           py_type_name(table))
                              .c_str());
   }
-  nb::ndarray<nb::ro> a = host_array(table, Where{what, key}, 2, "2-D [requests, width]");
-  if (a.shape(0) < static_cast<std::size_t>(requests)) {
-    throw nb::value_error((Where{what, key}.str() + " has " + std::to_string(a.shape(0)) + " rows; the chunk has " +
+  const HostArray a = host_array(table, Where{what, key}, 2, "2-D [requests, width]", held_);
+  if (a.shape[0] < requests) {
+    throw nb::value_error((Where{what, key}.str() + " has " + std::to_string(a.shape[0]) + " rows; the chunk has " +
                            std::to_string(requests) + " requests")
                               .c_str());
   }
-  const std::size_t cols = a.shape(1);
-  const std::int64_t row_stride = stride_of(a, 0);
-  const std::int64_t col_stride = stride_of(a, 1);
-  if (a.dtype().bits == 32 && (col_stride == 1 || cols <= 1)) {
-    const auto* base = static_cast<const std::int32_t*>(a.data());
-    for (int b = 0; b < requests; ++b) span_of(b) = std::span<const std::int32_t>(base + b * row_stride, cols);
-    held_.push_back(std::move(a));
+  const auto cols = static_cast<std::size_t>(a.shape[1]);
+  if (a.bits == 32 && (a.stride[1] == 1 || cols <= 1)) {
+    const auto* base = static_cast<const std::int32_t*>(a.data);
+    for (int b = 0; b < requests; ++b) span_of(b) = std::span<const std::int32_t>(base + b * a.stride[0], cols);
     return;
   }
   for (int b = 0; b < requests; ++b) {
@@ -320,8 +384,7 @@ void ChunkReader::read_table(nb::handle table, const char* what, int ratio, int 
     const std::size_t size = std::min(cols, width);
     std::int32_t* dst = storage.data() + static_cast<std::size_t>(b) * width;
     for (std::size_t j = lo; j < std::min(hi, size); ++j) {
-      dst[j] = array_at(a, b * row_stride + static_cast<std::int64_t>(j) * col_stride,
-                        Where{what, key, b, static_cast<int>(j)});
+      dst[j] = a.at(b * a.stride[0] + static_cast<std::int64_t>(j) * a.stride[1], Where{what, key, b, static_cast<int>(j)});
     }
     span_of(b) = std::span<const std::int32_t>(dst, size);
   }
@@ -336,7 +399,7 @@ void ChunkReader::read_slots(nb::handle slots, const char* what, int ratio, std:
 }
 
 const graphs::ChunkInput& ChunkReader::read(nb::handle chunk) {
-  held_.clear();
+  held_.release();
   input_ = graphs::ChunkInput{};
   if (nb::isinstance<PlannedChunk>(chunk)) {
     read_plan(*nb::inst_ptr<PlannedChunk>(chunk));

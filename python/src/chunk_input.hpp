@@ -8,7 +8,8 @@
 // ints or 1-D integer host arrays; a block table is a 2-D host array [>= requests, width] or a
 // list of per-request lists/arrays. int32 arrays with contiguous rows are read in place; lists and
 // int64 arrays are converted, and only the entries the encoder reads are (the window's SWA
-// blocks, a request's compressed blocks): see graphs::ChunkEncoder::write. docs/python.md,
+// blocks, a request's compressed blocks): see graphs::ChunkEncoder::write. NumPy arrays are read
+// through the buffer protocol, other host arrays (CPU tensors) through DLPack. docs/python.md,
 // "The executor".
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "graphs/chunk_format.hpp"
@@ -31,6 +33,28 @@ struct PlannedChunk {
   bool slot_lists{false};
 };
 
+/// @brief The caller's host arrays a read() took (through the buffer protocol or DLPack), held
+///        until release(): the ChunkInput may point into them. Storage reserved once.
+class HeldArrays {
+ public:
+  explicit HeldArrays(std::size_t capacity);
+  ~HeldArrays() { release(); }
+  HeldArrays(const HeldArrays&) = delete;
+  HeldArrays& operator=(const HeldArrays&) = delete;
+  /// A free Py_buffer slot for PyObject_GetBuffer (nullptr when every slot is taken).
+  Py_buffer* slot() noexcept { return used_ < capacity_ ? &buffers_[used_] : nullptr; }
+  /// The slot just filled by a successful PyObject_GetBuffer.
+  void taken() noexcept { ++used_; }
+  void keep(nanobind::ndarray<nanobind::ro>&& a) { arrays_.push_back(std::move(a)); }
+  void release() noexcept;
+
+ private:
+  std::unique_ptr<Py_buffer[]> buffers_;
+  std::size_t capacity_;
+  std::size_t used_{0};
+  std::vector<nanobind::ndarray<nanobind::ro>> arrays_;
+};
+
 class ChunkReader {
  public:
   explicit ChunkReader(const memory::PipelineConfig& config);
@@ -44,7 +68,7 @@ class ChunkReader {
   ///         different lengths, fewer block-table rows than requests).
   const graphs::ChunkInput& read(nanobind::handle chunk);
   /// Drops the references to the caller's arrays.
-  void release() noexcept { held_.clear(); }
+  void release() noexcept { held_.release(); }
 
  private:
   void read_plan(const PlannedChunk& chunk);
@@ -65,7 +89,7 @@ class ChunkReader {
   std::vector<std::int32_t> compressed_tables_[graphs::kNumRatios];  // max_requests x compressed_width_
   std::vector<std::int32_t> swa_slots_;                        // max_tokens + 1
   std::vector<std::int32_t> compressed_slots_[graphs::kNumRatios];   // compressed_slot_capacity(r) + 1
-  std::vector<nanobind::ndarray<nanobind::ro>> held_;                   // arrays read in place
+  HeldArrays held_;                                            // arrays read (in place or not)
   graphs::ChunkInput input_;
 };
 

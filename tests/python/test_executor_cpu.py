@@ -321,6 +321,11 @@ def test_chunk_forms_read_alike():
     ]
     for chunk in forms:
         assert chunk_ok(c, chunk) == want
+    # The buffer protocol without NumPy (array.array, memoryview), and NumPy views read with their strides.
+    import array
+    assert chunk_ok(c, spgraph.Chunk(array.array("i", ql), memoryview(array.array("q", sl)), swa, comp)) == want
+    reversed_rows = np.array([[7] * 17, swa[0]], np.int32)[::-1]
+    assert chunk_ok(c, spgraph.Chunk(np.array(ql[::-1], np.int32)[::-1], sl, reversed_rows, comp)) == want
     if HAVE_TORCH:
         import torch
         t = spgraph.Chunk(torch.tensor(ql), torch.tensor(sl, dtype=torch.int32),
@@ -365,6 +370,8 @@ CHUNK_MISUSE = {
                    r"chunk\.swa_block_table\[0\]\[0\] = 1099511627776 does not fit in int32"),
     "int64 past int32": ("np-int64", ValueError, r"chunk\.seq_lens\[0\] = 4294967296 does not fit in int32"),
     "float array": ("np-float", TypeError, r"chunk\.swa_block_table\.dtype = float32 must be int32 or int64"),
+    "unsigned array": ("np-uint32", TypeError, r"chunk\.seq_lens\.dtype = uint32 must be int32 or int64"),
+    "bytes": (dict(query_lens=[1], seq_lens=b"\x01"), TypeError, r"chunk\.seq_lens\.dtype = uint8 must be int32"),
     "1-D table": ("np-1d", ValueError, r"chunk\.swa_block_table has 1 dims; it must be 2-D \[requests, width\]"),
     "2-D lengths": ("np-2d", ValueError, r"chunk\.query_lens has 2 dims; it must be 1-D"),
     "device lengths": (dict(query_lens=cuda((1,), "int32"), seq_lens=[1]), ValueError,
@@ -394,6 +401,7 @@ def test_chunk_misuse_raises(case):
         np = pytest.importorskip("numpy")
         chunk = {"np-int64": dict(query_lens=[1], seq_lens=np.array([2**32], np.int64)),
                  "np-float": dict(query_lens=[1], seq_lens=[1], swa_block_table=np.zeros((1, 3), np.float32)),
+                 "np-uint32": dict(query_lens=[1], seq_lens=np.ones(1, np.uint32)),
                  "np-1d": dict(query_lens=[1], seq_lens=[1], swa_block_table=np.zeros(3, np.int32)),
                  "np-2d": dict(query_lens=np.zeros((1, 1), np.int32), seq_lens=[1])}[chunk]
     expect(exc, pattern, spgraph.check_chunk, two_layers(), chunk)
