@@ -36,7 +36,7 @@ say "$(python3 -c "import sys, torch, nanobind; print('python', sys.version.spli
 'cuda', torch.version.cuda, '| nanobind', nanobind.__version__)" 2>&1 | tail -1) | $(cmake --version | head -1)"
 
 # 1. Build the extension (find_package(spgraph) from the install) and run the whole Python suite.
-timeout 250 scripts/python_tests.sh "$(dirname "$config")" /tmp/spgraph-python-build -- \
+timeout 230 scripts/python_tests.sh "$(dirname "$config")" /tmp/spgraph-python-build -- \
   --junitxml="$out/pytest.xml" --durations=12 >"$out/pytest.log" 2>&1
 pytest_rc=$?
 export PYTHONPATH=/tmp/spgraph-python-build${PYTHONPATH:+:$PYTHONPATH}
@@ -58,11 +58,11 @@ trace=(--steps 250 --checksum --no-progress)
 echo "$(stamp) compare done"
 
 # 3. bench: tables A (the two rows python_bench times) and C, then the ops and the executor from Python.
-timeout 100 "$bin/bench" --tables AC --rows V4-C2/32768,small-h128-k1152/8192/sq64 --json "$work/bench.json" \
+timeout 90 "$bin/bench" --tables AC --rows V4-C2/32768,small-h128-k1152/8192/sq64 --json "$work/bench.json" \
   >"$out/bench.log" 2>&1
 echo "bench exit $?" >>"$out/bench.log"
 echo "$(stamp) bench done"
-timeout 110 python3 scripts/python_bench.py --compare "$work/bench.json" --json "$work/python_bench.json" \
+timeout 100 python3 scripts/python_bench.py --compare "$work/bench.json" --json "$work/python_bench.json" \
   >"$out/python_bench.log" 2>&1
 echo "python_bench exit $?" >>"$out/python_bench.log"
 echo "$(stamp) python_bench done"
