@@ -151,6 +151,12 @@ Executor::Executor(memory::PipelineConfig config, ExecutorOptions options)
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
 }
 
+void Executor::check_options(const memory::PipelineConfig& config, const ExecutorOptions& options) {
+  const memory::PipelineConfig c = validated(config);
+  (void)make_buckets(c, options);
+  check_binding_shapes(c, options.buffers, make_programs(c, options), options.insert);
+}
+
 Executor::~Executor() {
   // Graphs and the pool must not be torn down under running work, on whichever stream it runs.
   for (int s = 0; s < 2; ++s) {

@@ -77,6 +77,12 @@ class Executor {
   /// Nothing is allocated before every check has passed.
   /// @throws InvalidArgument (naming the field, or the layer and buffer), CapacityError, CudaError.
   explicit Executor(memory::PipelineConfig config, ExecutorOptions options = {});
+  /// Every check the constructor makes before its first CUDA call, in its order (the config, the
+  /// buckets, the programs, the bound buffers' shapes and overlaps), without a device: for
+  /// bindings (the Python package) and tools that must refuse before touching the GPU. The
+  /// constructor still checks device residency, which this cannot.
+  /// @throws InvalidArgument as the constructor would.
+  static void check_options(const memory::PipelineConfig& config, const ExecutorOptions& options);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;

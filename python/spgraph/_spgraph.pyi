@@ -2,10 +2,11 @@
 
 Every array argument is any object exporting DLPack (``__dlpack__``) or a DLPack capsule; the
 functions take every output explicitly and the stream as an int ``cudaStream_t`` handle. Use the
-documented wrappers in :mod:`spgraph` (all buffers explicit) and :mod:`spgraph.torch` (drop-in).
+documented wrappers in :mod:`spgraph` (all buffers explicit, the executor, the configs, the
+scheduler) and :mod:`spgraph.torch` (drop-in ops, the torch executor).
 """
 
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 Array = Any
 
@@ -86,3 +87,235 @@ def cache_block_stride(block_size: int) -> int:
 
 def combined_width(topk: int, window_size: int) -> int:
     """Width of a combined index row: round_up(topk + window_size, 128)."""
+
+# ---------------------------------------------------------------------------------- configs and planner
+# A config argument is a spgraph.PipelineConfig (or any object with its attributes); see spgraph.config.
+
+def config_defaults() -> Dict[str, Dict[str, Any]]:
+    """The C++ defaults of every config field: {'layer', 'cache', 'pipeline', 'scheduler', 'workload'}."""
+
+def v4_default_config() -> Dict[str, Any]:
+    """PipelineConfig::v4_default() as the keyword arguments of spgraph.PipelineConfig."""
+
+def single_layer_config(layer: Any, max_requests: int, max_tokens: int, max_model_len: int) -> Dict[str, Any]:
+    """PipelineConfig::single_layer(...) as the keyword arguments of spgraph.PipelineConfig."""
+
+def validate_config(config: Any) -> None:
+    """PipelineConfig::validate(): raises ValueError naming the first field out of bounds."""
+
+def config_derived(config: Any) -> Dict[str, Any]:
+    """Values derived from a config: window, block-table widths, M_max, combined widths, labels."""
+
+def plan_pool(config: Any, engine_buffers: Any, insert: bool) -> Dict[str, Any]:
+    """The pool plan_pipeline_pool lays out (no GPU needed): {'slots', 'device_bytes', 'pinned_bytes', 'table'}."""
+
+def bucket_set(config: Any, r_buckets: List[int], t_buckets: List[int]) -> Dict[str, Any]:
+    """The chunk-shape buckets an executor captures for: {'r_buckets', 't_buckets', 'describe'}."""
+
+def check_buffers(config: Any, buffers: Any, programs: List[List[int]], insert: bool) -> None:
+    """The binding checks that need no device (check_binding_shapes): raises ValueError naming the layer and buffer."""
+
+def plan_bound(config: Any, buffers: Any, insert: bool) -> Dict[str, Any]:
+    """The pool planned around these bindings (no GPU needed)."""
+
+def check_chunk(config: Any, chunk: Any, layers: Optional[Any], insert: bool) -> Dict[str, Any]:
+    """The executor's chunk checks without a GPU: {'status', 'requests', 'tokens', 'new_compressed_rows', 'derive_slots', 'bad_request', 'bad_field'}."""
+
+# ----------------------------------------------------------------------------------------- executor
+class RunError(RuntimeError):
+    """Executor.run(check=True) refused or failed a step; `result` holds the RunResult."""
+
+    result: "RunResult"
+
+class RunResult:
+    """What one Executor.run() / run_eager() reported (never raised unless check=True)."""
+
+    @property
+    def status(self) -> str:
+        """'ok', 'no_bucket', 'bad_chunk', 'bad_program', 'not_warmed_up' or 'cuda_error'."""
+    @property
+    def message(self) -> str:
+        """The status in words."""
+    @property
+    def ok(self) -> bool:
+        """status == 'ok'."""
+    @property
+    def bucket(self) -> int:
+        """Index of the bucket run (-1: none)."""
+    @property
+    def r_bucket(self) -> int:
+        """R_bucket of the graph run (-1: none)."""
+    @property
+    def t_bucket(self) -> int:
+        """T_bucket of the graph run: the rows of out/lse/max_logits it wrote (-1: none)."""
+    @property
+    def bad_request(self) -> int:
+        """bad_chunk: the request at fault (-1 for a chunk-wide field)."""
+    @property
+    def bad_field(self) -> Optional[str]:
+        """bad_chunk: the field at fault ('seq_len', 'swa_blocks', ...), else None."""
+    @property
+    def cuda(self) -> Optional[str]:
+        """cuda_error: the CUDA error's name, else None."""
+    @property
+    def waited_us(self) -> float:
+        """Microseconds the host waited for the device to release a staging block."""
+    @property
+    def staging_us(self) -> float:
+        """Host microseconds checking and staging the chunk (time_host_phases=True only)."""
+    @property
+    def launch_us(self) -> float:
+        """Host microseconds in cudaGraphLaunch or the eager launches (time_host_phases=True only)."""
+    @property
+    def record_us(self) -> float:
+        """Host microseconds recording the staging block's event (time_host_phases=True only)."""
+    def raise_for_status(self) -> None:
+        """Raises spgraph.RunError unless the step ran."""
+    def __bool__(self) -> bool: ...
+
+class Executor:
+    """graphs::Executor over engine-owned arrays; use spgraph.Executor."""
+
+    def __init__(self, config: Any, buffers: Optional[Any], options: Optional[Any]) -> None:
+        """Checks the config, options and bound arrays (host-side first), then plans and allocates the pool."""
+    def warmup(self) -> Dict[str, Any]:
+        """Eager run and capture of every bucket; the report as a dict."""
+    def run(self, chunk: Any, stream: Optional[Any] = None, program: int = 0, check: bool = False) -> RunResult:
+        """Replays the chunk's graph on `stream` (None: the executor's stream); a RunResult."""
+    def run_eager(self, chunk: Any, stream: Optional[Any] = None, program: int = 0, check: bool = False) -> RunResult:
+        """The same recording launched kernel by kernel; a RunResult."""
+    def synchronize(self) -> None:
+        """Waits for every submitted step."""
+    def read_status(self) -> Dict[str, Any]:
+        """The last completed step's fault counts (waits for it): {kind: count, 'first': ..., 'total': n}."""
+    def layer_views(self, layer: int, tensors: Any = "dlpack") -> Dict[str, Any]:
+        """Every buffer of a layer, {name: array or None}, zero-copy views that keep the executor alive."""
+    def workspace_views(self, tensors: Any = "dlpack") -> Dict[str, Any]:
+        """The step workspace {kv, combined_indices, combined_lens}, zero-copy views."""
+    def config_dict(self) -> Dict[str, Any]:
+        """The executor's config as the keyword arguments of spgraph.PipelineConfig."""
+    def pool_plan(self) -> Dict[str, Any]:
+        """The pool's plan: what the executor holds beyond the bound buffers."""
+    @property
+    def buckets(self) -> List[Tuple[int, int]]:
+        """The buckets as (R_bucket, T_bucket), by index."""
+    @property
+    def stream(self) -> int:
+        """The executor's own stream (cudaStream_t as an int)."""
+    @property
+    def device(self) -> int:
+        """The CUDA device the executor runs on."""
+    @property
+    def programs(self) -> int:
+        """Number of layer programs."""
+    def program_layers(self, program: int) -> List[int]:
+        """The layers of program p."""
+    @property
+    def steps(self) -> int:
+        """Steps launched so far."""
+    @property
+    def host_waits(self) -> int:
+        """Launches that waited for the device to release a staging block."""
+
+# ---------------------------------------------------------------------------------------- scheduler
+class Request:
+    """A prompt to prefill: id, prompt_len, arrival_step."""
+
+    id: int
+    prompt_len: int
+    arrival_step: int
+    def __init__(self, id: int, prompt_len: int, arrival_step: int = 0) -> None: ...
+
+def make_workload(config: Any) -> List[Request]:
+    """The requests of a seeded synthetic workload (serve_loop's): ids 0 .. n - 1, arrivals non-decreasing."""
+
+def describe_workload(config: Any) -> str:
+    """One line describing a workload, as serve_loop prints it."""
+
+class ChunkPlan:
+    """One chunk of a scheduler step; pass it to Executor.run as it is (nothing is converted)."""
+
+    slot_lists: bool
+    @property
+    def num_requests(self) -> int: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def window(self) -> int: ...
+    @property
+    def request_ids(self) -> List[int]: ...
+    @property
+    def query_lens(self) -> List[int]: ...
+    @property
+    def seq_lens(self) -> List[int]: ...
+    @property
+    def gather_lens(self) -> List[int]: ...
+    @property
+    def query_start_loc(self) -> List[int]: ...
+    @property
+    def ratios(self) -> List[int]:
+        """The cache kinds of the plan: 1 (SWA) first, then each compression ratio."""
+    def n_rows(self, ratio: int) -> int:
+        """N for ratio r: max_b seq_len_b // r (0 for r = 1)."""
+    def m_rows(self, ratio: int) -> int:
+        """The least M for ratio r: n_rows(r) + max_b gather_len_b."""
+    def new_rows(self, ratio: int) -> int:
+        """Cache rows the chunk completes in the cache of ratio r (1: one per token)."""
+    def block_tables(self, ratio: int) -> List[List[int]]:
+        """Each request's physical block ids in the cache of ratio r (1 = SWA), as lists."""
+    def slot_mapping(self, ratio: int) -> List[int]:
+        """The slot of each row the chunk completes in the cache of ratio r."""
+
+class StepPlan:
+    """One scheduler step: its chunks, in the order they must run."""
+
+    @property
+    def step(self) -> int: ...
+    @property
+    def chunks(self) -> List[ChunkPlan]: ...
+    @property
+    def started(self) -> List[int]: ...
+    @property
+    def finished(self) -> List[int]: ...
+    @property
+    def num_tokens(self) -> int: ...
+
+class PrefillScheduler:
+    """Chunked prefill over a stream of requests with paged cache blocks."""
+
+    def __init__(self, pipeline: Any, config: Any) -> None: ...
+    def submit(self, requests: Any) -> None:
+        """Queues a Request or a list of them (ids unique among those held)."""
+    def schedule(self) -> StepPlan:
+        """Forms the next step (its plans stay valid until the next call releases finished requests' blocks)."""
+    @property
+    def done(self) -> bool: ...
+    @property
+    def next_step(self) -> int: ...
+    @property
+    def num_waiting(self) -> int: ...
+    @property
+    def num_running(self) -> int: ...
+    @property
+    def window(self) -> int: ...
+    def describe(self) -> str: ...
+
+# ------------------------------------------------------------------------------ synthetic front, checksum
+class SyntheticFront:
+    """serve_loop's synthetic model front over a model's own arrays."""
+
+    def __init__(self, layers: Any) -> None: ...
+    def run(self, chunk: Any, seed: int, step: int, stream: int) -> None:
+        """Fills the chunk's K rows, compressed K rows and top-k indices of every layer on `stream`."""
+
+def synthetic_fill_query(q: Array, seed: int, layer: int, stream: int) -> None:
+    """Fills every value of q with front_q_value(seed, layer, i)."""
+
+def synthetic_sink_values(seed: int, layer: int, h_q: int) -> List[float]:
+    """serve_loop's attention sinks of a layer: 4 * front_q_value(seed + 7, layer, h)."""
+
+def synthetic_fill_cache(cache: Array, block_size: int, seed: int, stream: int) -> None:
+    """Fills every row of a V4 cache with random finite FP8 rows (the bench's fill)."""
+
+def checksum_accumulate(data: Array, salt: int, acc: Array, stream: int) -> None:
+    """acc += sum_i word[i] * (2 * (i + salt) + 1) (mod 2^64) over data's 32-bit words (serve_loop --checksum)."""

@@ -11,11 +11,9 @@
 
 namespace spg::python {
 
-namespace {
-
 using nb::dlpack::dtype_code;
 
-nb::dlpack::dtype to_dlpack(Dtype d) {
+nb::dlpack::dtype dlpack_dtype(Dtype d) {
   switch (d) {
     case Dtype::bfloat16: return {static_cast<std::uint8_t>(dtype_code::Bfloat), 16, 1};
     case Dtype::float32: return {static_cast<std::uint8_t>(dtype_code::Float), 32, 1};
@@ -24,6 +22,8 @@ nb::dlpack::dtype to_dlpack(Dtype d) {
   }
   return {};
 }
+
+namespace {
 
 // DLPack device types (dlpack.h's DLDeviceType), spelled out: nanobind's tags differ by version.
 constexpr int kDLCPU = 1;
@@ -111,7 +111,7 @@ std::string ArrayArg::strides_str() const {
 }
 
 const ArrayArg& ArrayArg::expect_dtype(Dtype want) const {
-  const nb::dlpack::dtype w = to_dlpack(want);
+  const nb::dlpack::dtype w = dlpack_dtype(want);
   if (array_.dtype() != w) {
     throw nb::type_error((std::string(name_) + ".dtype = " + dtype_name(array_.dtype()) + " must be " + dtype_name(w))
                              .c_str());
@@ -204,6 +204,60 @@ int checked_int(const char* name, std::int64_t v, std::int64_t lo, std::int64_t 
     throw nb::value_error(os.str().c_str());
   }
   return static_cast<int>(v);
+}
+
+std::string py_type_name(nb::handle v) { return nb::type_name(v.type()).c_str(); }
+
+std::int64_t int_value(nb::handle v, const std::string& what) {
+  if (PyBool_Check(v.ptr()) || PyIndex_Check(v.ptr()) == 0) {
+    throw nb::type_error((what + " must be an int, not " + py_type_name(v)).c_str());
+  }
+  int overflow = 0;
+  long long x = 0;
+  if (PyLong_Check(v.ptr())) {
+    x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  } else {
+    const nb::object index = nb::steal(PyNumber_Index(v.ptr()));
+    if (!index.is_valid()) throw nb::python_error();
+    x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  }
+  if (overflow != 0) throw nb::value_error((what + " does not fit in 64 bits").c_str());
+  if (x == -1 && PyErr_Occurred() != nullptr) throw nb::python_error();
+  return x;
+}
+
+int int_value(nb::handle v, const std::string& what, std::int64_t lo, std::int64_t hi) {
+  return checked_int(what.c_str(), int_value(v, what), lo, hi);
+}
+
+double float_value(nb::handle v, const std::string& what) {
+  if (PyFloat_Check(v.ptr())) return PyFloat_AS_DOUBLE(v.ptr());
+  if (!PyBool_Check(v.ptr()) && (PyLong_Check(v.ptr()) || PyIndex_Check(v.ptr()) != 0 ||
+                                 PyObject_HasAttrString(v.ptr(), "__float__") == 1)) {
+    const double x = PyFloat_AsDouble(v.ptr());
+    if (x == -1.0 && PyErr_Occurred() != nullptr) throw nb::python_error();
+    return x;
+  }
+  throw nb::type_error((what + " must be a float, not " + py_type_name(v)).c_str());
+}
+
+bool bool_value(nb::handle v, const std::string& what) {
+  if (PyBool_Check(v.ptr())) return v.ptr() == Py_True;
+  if (std::string(py_type_name(v)) == "numpy.bool" || std::string(py_type_name(v)) == "numpy.bool_") {
+    return PyObject_IsTrue(v.ptr()) == 1;
+  }
+  throw nb::type_error((what + " must be a bool, not " + py_type_name(v)).c_str());
+}
+
+nb::object required_attr(nb::handle obj, const char* name, const std::string& what) {
+  PyObject* v = PyObject_GetAttrString(obj.ptr(), name);
+  if (v == nullptr) {
+    PyErr_Clear();
+    throw nb::type_error((what + "." + name + " is missing: " + what + " is a " + py_type_name(obj) +
+                          " without that attribute")
+                             .c_str());
+  }
+  return nb::steal(v);
 }
 
 }  // namespace spg::python

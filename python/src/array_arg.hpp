@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <typeinfo>
 
 namespace spg::python {
 
@@ -23,6 +24,8 @@ enum class Dtype { bfloat16, float32, int32, uint8 };
 
 /// @brief Name of a DLPack dtype as the frameworks print it ("bfloat16", "int64", ...).
 std::string dtype_name(nb::dlpack::dtype d);
+/// @brief The DLPack dtype of one of the element types.
+nb::dlpack::dtype dlpack_dtype(Dtype d);
 
 /// @brief One array argument. Holds a reference to the DLPack tensor for the duration of the call.
 class ArrayArg {
@@ -81,11 +84,39 @@ class DeviceScope {
 ///        capsule or a buffer.
 bool is_array(nb::handle h);
 
+/// @brief `v` as an nb::ndarray (DLPack import, zero-copy).
+/// @throws nb::type_error naming `what` when the object cannot be imported (a meta tensor, ...).
+template <class... Args>
+nb::ndarray<Args...> import_array(nb::handle v, const std::string& what) {
+  try {
+    return nb::cast<nb::ndarray<Args...>>(v);
+  } catch (const std::bad_cast&) {
+    throw nb::type_error((what + ": a " + nb::type_name(v.type()).c_str() +
+                          " that DLPack cannot export (device memory of a kind spgraph cannot read, or a tensor "
+                          "without storage)")
+                             .c_str());
+  }
+}
+
 /// @brief True for an array in host memory (DLPack kDLCPU).
 bool is_host(const ArrayArg& a);
 
 /// @brief An int argument given in int32 range.
 /// @throws nb::value_error naming `name` unless `v` fits in [lo, hi].
 int checked_int(const char* name, std::int64_t v, std::int64_t lo, std::int64_t hi);
+
+/// @brief A Python int (or an object with __index__, not a bool) as a 64-bit value.
+/// @throws nb::type_error naming `what` for anything else; nb::value_error past 64 bits.
+std::int64_t int_value(nb::handle v, const std::string& what);
+/// @brief int_value() bounded to [lo, hi] (nb::value_error naming `what`, its value and the bounds).
+int int_value(nb::handle v, const std::string& what, std::int64_t lo, std::int64_t hi);
+/// @brief A Python float or int. @throws nb::type_error naming `what` for anything else.
+double float_value(nb::handle v, const std::string& what);
+/// @brief A Python bool (or a NumPy bool). @throws nb::type_error naming `what` for anything else.
+bool bool_value(nb::handle v, const std::string& what);
+/// @brief `obj.name`, or nb::type_error "`what`.name is missing" when the object has no such attribute.
+nb::object required_attr(nb::handle obj, const char* name, const std::string& what);
+/// @brief Name of a Python object's type, for messages.
+std::string py_type_name(nb::handle v);
 
 }  // namespace spg::python

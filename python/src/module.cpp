@@ -1,9 +1,15 @@
-// The spgraph._spgraph extension module: the ops over DLPack arrays and the translation of
-// spgraph's C++ errors into Python exceptions (docs/python.md, "Errors").
+// The spgraph._spgraph extension module: the ops over DLPack arrays, the configs and the planner,
+// the executor over engine-owned arrays, the scheduler and serve_loop's synthetic front, and the
+// translation of spgraph's C++ errors into Python exceptions (docs/python.md, "Errors").
 #include <nanobind/nanobind.h>
 
+#include "buffers.hpp"
+#include "config.hpp"
+#include "executor.hpp"
 #include "memory/error.hpp"
 #include "ops.hpp"
+#include "scheduler.hpp"
+#include "synthetic.hpp"
 
 namespace nb = nanobind;
 
@@ -30,7 +36,7 @@ void translate(const std::exception_ptr& p, void* /*payload*/) {
 }  // namespace
 
 NB_MODULE(_spgraph, m) {
-  m.doc() = "spgraph's ops over DLPack arrays (zero-copy); use the spgraph and spgraph.torch modules.";
+  m.doc() = "spgraph's ops and executor over DLPack arrays (zero-copy); use the spgraph and spgraph.torch modules.";
   g_cuda_error = PyErr_NewExceptionWithDoc("spgraph.CudaError",
                                            "A CUDA call made by spgraph failed; the message names the call and "
                                            "the CUDA error.",
@@ -38,4 +44,9 @@ NB_MODULE(_spgraph, m) {
   m.attr("CudaError") = nb::handle(g_cuda_error);
   nb::register_exception_translator(translate);
   spg::python::bind_ops(m);
+  spg::python::bind_config(m);
+  spg::python::bind_buffers(m);
+  spg::python::bind_executor(m);
+  spg::python::bind_scheduler(m);
+  spg::python::bind_synthetic(m);
 }

@@ -231,6 +231,35 @@ TEST_CASE("the executor refuses a bad binding before any CUDA call", "[bindings]
   }
 }
 
+TEST_CASE("Executor::check_options makes the constructor's host-only checks, in its order, without a device",
+          "[bindings][executor]") {
+  AddressSpace as;
+  auto c = two_layers();
+  graphs::ExecutorOptions o;
+  o.buffers = full_binding(c, as);
+  CHECK_NOTHROW(graphs::Executor::check_options(c, o));
+  auto message = [&](const memory::PipelineConfig& config, const graphs::ExecutorOptions& options) -> std::string {
+    try {
+      graphs::Executor::check_options(config, options);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  // The config first, then the buckets, then the programs, then the bindings.
+  auto bad = c;
+  bad.max_requests = 0;
+  o.t_buckets = {8, 7};
+  o.programs = {{2}};
+  o.buffers[1].max_logits = graphs::contiguous_view<float, 2>(o.buffers[1].max_logits.data_handle(), {64, 127});
+  CHECK(message(bad, o).find("max_requests = 0") != std::string::npos);
+  CHECK(message(c, o).find("t_buckets") != std::string::npos);
+  o.t_buckets = {};
+  CHECK(message(c, o).find("programs[0] names layer 2") != std::string::npos);
+  o.programs = {};
+  CHECK(message(c, o).find("buffers[1].max_logits") != std::string::npos);
+}
+
 TEST_CASE("the pool plans only what is not bound", "[bindings][pool]") {
   AddressSpace as;
   const auto c = two_layers();

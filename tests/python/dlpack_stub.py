@@ -56,11 +56,22 @@ _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _CAPSULE_NAME = ctypes.c_char_p(b"dltensor")
 
 
+_next_fake = [0]
+
+
+def _fake_address():
+    """Distinct, 4 GiB-apart, 4096-aligned fake device addresses (so bound stubs never overlap)."""
+    _next_fake[0] += 1
+    return 0x7F0000000000 + (_next_fake[0] % 200) * (1 << 32)
+
+
 class StubArray:
     """A DLPack array. ``strides`` in elements (default: C-contiguous); ``device=("cuda", 0)`` makes a
-    fake device array; ``misalign`` adds that many bytes to the address."""
+    fake device array (each at its own address); ``misalign`` adds that many bytes to the address.
+    ``base`` with ``offset_bytes``: a stub "device" view into another stub's memory (to make overlaps)."""
 
-    def __init__(self, shape, dtype="float32", strides=None, device=("cpu", 0), misalign=0):
+    def __init__(self, shape, dtype="float32", strides=None, device=("cpu", 0), misalign=0, base=None,
+                 offset_bytes=0):
         self.shape = tuple(int(s) for s in shape)
         code, bits = DTYPES[dtype]
         self.dtype = dtype
@@ -76,11 +87,14 @@ class StubArray:
         self.device = (KDL_CPU if kind == "cpu" else KDL_CUDA, int(index))
         if self.device[0] == KDL_CPU:
             self._buffer = ctypes.create_string_buffer(nbytes + 256)
-            base = ctypes.addressof(self._buffer)
-            address = (base + 255) // 256 * 256 + misalign
+            start = ctypes.addressof(self._buffer)
+            address = (start + 255) // 256 * 256 + misalign
+        elif base is not None:
+            self._buffer = None
+            address = base._managed.dl_tensor.data + offset_bytes
         else:
             self._buffer = None
-            address = 0x7F0000000000 + misalign  # never dereferenced
+            address = _fake_address() + misalign  # never dereferenced
         self._shape = (ctypes.c_int64 * max(len(self.shape), 1))(*self.shape)
         self._strides = (ctypes.c_int64 * max(len(self.shape), 1))(*self.strides)
         self._managed = _DLManagedTensor()
