@@ -28,15 +28,23 @@ say() { echo "$*" | tee -a "$summary"; }
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s]"; }
 
-config=$(find "$prefix" -name spgraphConfig.cmake 2>/dev/null | head -1)
-[ -n "$config" ] || { echo "python_h200: no spgraphConfig.cmake under $prefix" >&2; exit 2; }
+# PREFIX "source": build the library here too, with the extension's compiler. An install carried
+# from a machine with another g++ crashed the extension in libstdc++'s stream code on the H200
+# (2026-12-01): keep the library and the module on one compiler.
+if [ "$prefix" = source ]; then
+  config=/tmp/spgraph-no-package/spgraphConfig.cmake  # no package there: CMake builds ../
+  mkdir -p "$(dirname "$config")"
+else
+  config=$(find "$prefix" -name spgraphConfig.cmake 2>/dev/null | head -1)
+  [ -n "$config" ] || { echo "python_h200: no spgraphConfig.cmake under $prefix" >&2; exit 2; }
+fi
 say "== spgraph python on the device, commit $SPGRAPH_COMMIT"
 say "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
 say "$(python3 -c "import sys, torch, nanobind; print('python', sys.version.split()[0], '| torch', torch.__version__,
 'cuda', torch.version.cuda, '| nanobind', nanobind.__version__)" 2>&1 | tail -1) | $(cmake --version | head -1)"
 
 # 1. Build the extension (find_package(spgraph) from the install) and run the whole Python suite.
-timeout 230 scripts/python_tests.sh "$(dirname "$config")" /tmp/spgraph-python-build -- \
+timeout 330 scripts/python_tests.sh "$(dirname "$config")" /tmp/spgraph-python-build -- \
   --junitxml="$out/pytest.xml" --durations=12 >"$out/pytest.log" 2>&1
 pytest_rc=$?
 export PYTHONPATH=/tmp/spgraph-python-build${PYTHONPATH:+:$PYTHONPATH}
