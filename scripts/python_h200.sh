@@ -48,6 +48,7 @@ timeout 330 scripts/python_tests.sh "$(dirname "$config")" /tmp/spgraph-python-b
   --junitxml="$out/pytest.xml" --durations=12 >"$out/pytest.log" 2>&1
 pytest_rc=$?
 export PYTHONPATH=/tmp/spgraph-python-build${PYTHONPATH:+:$PYTHONPATH}
+say "extension's C++ runtime: $(ldd /tmp/spgraph-python-build/spgraph/_spgraph*.so 2>/dev/null | grep -o 'libstdc++[^ ]*' | head -1)"
 echo "$(stamp) pytest exit $pytest_rc"
 
 # 2. prefill_loop.py against serve_loop on serve_loop's default trace (V4 program, R 4, T 2048),
