@@ -12,11 +12,6 @@ namespace spg::graphs {
 
 namespace {
 
-memory::PipelineConfig validated(memory::PipelineConfig config) {
-  config.validate();  // before anything is sized from it (buckets, pool)
-  return config;
-}
-
 std::vector<std::vector<int>> make_programs(const memory::PipelineConfig& config, const ExecutorOptions& o) {
   if (o.programs.empty()) {
     std::vector<int> all(config.layers.size());
@@ -53,12 +48,14 @@ std::size_t attention_headroom(const memory::PipelineConfig& config, const std::
   return bytes;
 }
 
-/// The pool for what the caller did not bind, planned only once every binding has passed its checks.
+/// The pool for what the caller did not bind: the bindings' device residency is checked (the one
+/// binding check that asks the device) before anything is allocated.
 memory::BufferPool checked_pool(const memory::PipelineConfig& config, const ExecutorOptions& options,
-                                const std::vector<std::vector<int>>& programs, const BucketSet& buckets) {
+                                const std::vector<std::vector<int>>& programs, const BucketSet& buckets,
+                                memory::PoolPlan plan) {
   check_bindings(config, options.buffers, programs, options.insert);
-  return memory::BufferPool(plan_pipeline_pool(config, options.buffers, options.insert),
-                            attention_headroom(config, programs, buckets));
+  const std::size_t headroom = attention_headroom(config, programs, buckets);
+  return memory::BufferPool(std::move(plan), headroom);
 }
 
 template <class T, std::size_t Rank>
@@ -74,19 +71,33 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+ExecutorPlan plan_executor(memory::PipelineConfig config, const ExecutorOptions& options) {
+  config.validate();  // before anything is sized from it (buckets, programs, pool)
+  BucketSet buckets = make_buckets(config, options);
+  std::vector<std::vector<int>> programs = make_programs(config, options);
+  std::vector<int> ratios;
+  for (const auto& layers : programs) {
+    int mask = 0;
+    for (int l : layers) mask |= 1 << ratio_index(config.layers[static_cast<std::size_t>(l)].compress_ratio);
+    ratios.push_back(mask);
+  }
+  check_binding_shapes(config, options.buffers, programs, options.insert);
+  memory::PoolPlan pool = plan_pipeline_pool(config, options.buffers, options.insert);
+  return ExecutorPlan{std::move(config), std::move(buckets), std::move(programs), std::move(ratios), std::move(pool)};
+}
+
 Executor::Executor(memory::PipelineConfig config, ExecutorOptions options)
-    : config_(validated(std::move(config))),
+    : Executor(plan_executor(std::move(config), options), std::move(options)) {}
+
+Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
+    : config_(std::move(plan.config)),
       options_(std::move(options)),
-      buckets_(make_buckets(config_, options_)),
-      programs_(make_programs(config_, options_)),
-      pool_(checked_pool(config_, options_, programs_, buckets_)),
+      buckets_(std::move(plan.buckets)),
+      programs_(std::move(plan.programs)),
+      program_ratios_(std::move(plan.program_ratios)),
+      pool_(checked_pool(config_, options_, programs_, buckets_, std::move(plan.pool))),
       encoder_(config_, options_.insert),
       staged_{memory::Event(false), memory::Event(false)} {
-  for (const auto& layers : programs_) {
-    int mask = 0;
-    for (int l : layers) mask |= 1 << ratio_index(config_.layers[static_cast<std::size_t>(l)].compress_ratio);
-    program_ratios_.push_back(mask);
-  }
   // Every layer's buffers: the caller's where bound, else the pool's slot.
   const auto T = static_cast<std::size_t>(config_.max_tokens);
   views_.resize(config_.layers.size());

@@ -37,6 +37,25 @@ struct ExecutorOptions {
   std::vector<LayerBuffers> buffers;
 };
 
+/// @brief What an executor is sized from, worked out on the host before any CUDA call: the
+///        validated config, the buckets, the layer programs (and the ratios each uses) and the
+///        pool plan of what the caller did not bind.
+struct ExecutorPlan {
+  memory::PipelineConfig config;
+  BucketSet buckets;
+  std::vector<std::vector<int>> programs;
+  std::vector<int> program_ratios;  ///< per program: bit ratio_index(r) set for each ratio r its layers use
+  memory::PoolPlan pool;  ///< without the attention workspace, which warm-up carves (its size asks the device)
+};
+
+/// @brief The executor's host-side planning, in the order it validates: the config
+///        (PipelineConfig::validate), the bucket lists, the programs, the bindings' shapes and
+///        overlaps (check_binding_shapes), then the pool plan. Makes no CUDA call, so a config
+///        error never waits behind a device query or an allocation (planning tools and fuzzers
+///        call it without a GPU).
+/// @throws InvalidArgument naming the first field at fault.
+[[nodiscard]] ExecutorPlan plan_executor(memory::PipelineConfig config, const ExecutorOptions& options);
+
 /// @brief What warm-up did and what it holds (table D of docs/benchmarks.md).
 struct WarmupReport {
   int graphs{0};                     ///< step graphs (programs x buckets x 2 staging blocks)
@@ -132,6 +151,10 @@ class Executor {
   [[nodiscard]] std::uint64_t host_waits() const noexcept { return host_waits_; }
 
  private:
+  // From plan_executor(config, options) with the same options. A reference, so that the public
+  // constructor's plan_executor(config, options) reads the options before they are moved from.
+  Executor(ExecutorPlan plan, ExecutorOptions&& options);
+
   struct Entry {
     std::unique_ptr<Pipeline> pipeline;
     GraphExec exec[2];  // one per staging block
