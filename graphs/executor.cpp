@@ -280,6 +280,7 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
     result.status = checked.status;
     result.bad_request = checked.bad_request;
     result.bad_field = checked.bad_field;
+    result.bad_reason = checked.bad_reason;
     return result;
   }
   result.bucket = buckets_.lookup(checked.requests, checked.tokens);

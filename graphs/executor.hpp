@@ -74,9 +74,11 @@ struct RunResult {
   RunStatus status{RunStatus::ok};
   cudaError_t cuda{cudaSuccess};
   int bucket{-1};
-  /// bad_chunk: the request at fault (-1 for a chunk-wide field) and the field (a static string).
+  /// bad_chunk: the request at fault (-1 for a chunk-wide field), the field and what is wrong
+  /// with it (static strings).
   int bad_request{-1};
   const char* bad_field{nullptr};
+  const char* bad_reason{nullptr};
   /// Microseconds the host spent waiting for the device to release a staging block (0 unless the
   /// host was two steps ahead): time the device owed, not host work.
   double waited_us{0.0};
