@@ -152,9 +152,11 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
 
   const std::size_t meta_bytes = encoder_.layout().bytes();
   chunk_meta_ = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kChunkMeta, meta_bytes));
-  status_ = reinterpret_cast<kernels::StepStatus*>(pool_.bytes(slots::kStepStatus, sizeof(kernels::StepStatus)));
-  // Unwritten metadata must never be garbage a kernel could trust: start from zeros.
+  status_ = reinterpret_cast<kernels::StatusBlock*>(pool_.bytes(slots::kStepStatus, sizeof(kernels::StatusBlock)));
+  // Unwritten metadata must never be garbage a kernel could trust, and the run's fault totals
+  // start at zero: start from zeros.
   SPG_CUDA_TRY(cudaMemsetAsync(chunk_meta_, 0, meta_bytes, stream()));
+  SPG_CUDA_TRY(cudaMemsetAsync(status_, 0, sizeof(kernels::StatusBlock), stream()));
   for (int s = 0; s < 2; ++s) {
     staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStaging[s], meta_bytes));
     std::memset(staging_[s], 0, meta_bytes);
@@ -351,8 +353,17 @@ void Executor::synchronize() const {
 kernels::StepStatus Executor::read_status() const {
   kernels::StepStatus status{};
   synchronize();
-  SPG_CUDA_TRY(cudaMemcpy(&status, status_, sizeof status, cudaMemcpyDeviceToHost));
+  SPG_CUDA_TRY(cudaMemcpy(&status, &status_->step, sizeof status, cudaMemcpyDeviceToHost));
   return status;
+}
+
+kernels::RunFaults Executor::read_run_faults() const {
+  kernels::StatusBlock block{};
+  synchronize();
+  SPG_CUDA_TRY(cudaMemcpy(&block, status_, sizeof block, cudaMemcpyDeviceToHost));
+  kernels::RunFaults run = block.run;
+  run.add(block.step);  // the last step's counts, which no stage-in has folded in yet
+  return run;
 }
 
 }  // namespace spg::graphs

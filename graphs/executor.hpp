@@ -126,6 +126,10 @@ class Executor {
   void synchronize() const;
   /// Copies the last completed step's fault counters to the host (waits for it first).
   [[nodiscard]] kernels::StepStatus read_status() const;
+  /// The fault counters of every step since construction (warm-up's included), the last one's
+  /// too: what a serving loop reports and fails on (waits for the submitted steps first).
+  /// @throws CudaError.
+  [[nodiscard]] kernels::RunFaults read_run_faults() const;
 
   /// Every buffer of layer `l`, bound or pooled, as typed views (empty where the layer has none).
   [[nodiscard]] const LayerBuffers& layer(std::size_t l) const { return views_.at(l); }
@@ -178,7 +182,7 @@ class Executor {
   std::vector<LayerBuffers> views_;  // every layer's buffers, bound or pooled
   StepWorkspace workspace_;
   std::int32_t* chunk_meta_{nullptr};
-  kernels::StepStatus* status_{nullptr};
+  kernels::StatusBlock* status_{nullptr};
   std::int32_t* staging_[2]{nullptr, nullptr};  // pinned staging blocks, resolved once (no lookups per step)
   memory::Stream stream_;
   memory::Event staged_[2];  // recorded after the launch that read staging block s

@@ -219,8 +219,13 @@ int run(const Options& opt) {
         ++eager_runs;
       }
       if (!r.ok()) {
-        std::fprintf(stderr, "serve_loop: step %ld chunk failed: %s (%s)\n", step, graphs::run_status_name(r.status),
+        std::fprintf(stderr, "serve_loop: step %ld chunk failed: %s (%s)", step, graphs::run_status_name(r.status),
                      cudaGetErrorName(r.cuda));
+        if (r.status == graphs::RunStatus::bad_chunk) {
+          std::fprintf(stderr, ": request %d, %s: %s", r.bad_request, r.bad_field != nullptr ? r.bad_field : "?",
+                       r.bad_reason != nullptr ? r.bad_reason : "?");
+        }
+        std::fprintf(stderr, "\n");
         return 1;
       }
       ev_stop[static_cast<std::size_t>(slot)].record(ex.stream());
@@ -258,7 +263,7 @@ int run(const Options& opt) {
     gpu_us.push_back(1000.0 * ev_stop[slot].elapsed_ms_since(ev_start[slot]));
   }
   const std::uint64_t allocations = counter != nullptr ? counter->count() : 0;
-  const kernels::StepStatus status = ex.read_status();
+  const kernels::RunFaults faults = ex.read_run_faults();
 
   const double tokens_per_s = static_cast<double>(tokens) / wall_s;
   const double waste = tokens > 0 ? static_cast<double>(padded) / static_cast<double>(tokens) : 0.0;
@@ -284,7 +289,19 @@ int run(const Options& opt) {
   std::printf("  pool                       %.2f GiB device, %.1f KiB pinned; graphs %.1f MiB; capture %.1f ms\n",
               static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
               static_cast<double>(warm.graph_device_bytes) / (1 << 20), warm.capture_ms);
-  std::printf("  device faults (last step)  %llu\n", static_cast<unsigned long long>(status.total()));
+  std::printf("  device faults (whole run)  %llu in %llu steps", static_cast<unsigned long long>(faults.total()),
+              static_cast<unsigned long long>(faults.faulty_steps));
+  if (faults.total() > 0) {
+    std::printf(" (");
+    for (int k = 0; k < kernels::kFaultKinds; ++k) {
+      std::printf("%s%s %llu", k ? ", " : "", kernels::fault_name(static_cast<kernels::Fault>(k)),
+                  static_cast<unsigned long long>(faults.counts[k]));
+    }
+    std::printf("; first: %s, request %d, position %d, value %d)%s",
+                kernels::fault_name(static_cast<kernels::Fault>(faults.first.kind)), faults.first.request,
+                faults.first.position, faults.first.value, opt.allow_faults ? " (--allow-faults)" : "");
+  }
+  std::printf("\n");
   if (opt.checksum) {
     std::uint64_t sum = 0;
     SPG_CUDA_TRY(cudaMemcpy(&sum, checksum.data(), sizeof sum, cudaMemcpyDeviceToHost));
@@ -318,10 +335,15 @@ int run(const Options& opt) {
     add("graph_mib", static_cast<double>(warm.graph_device_bytes) / (1 << 20));
     add("pool_gib", static_cast<double>(warm.pool_device_bytes) / (1 << 30));
     if (opt.verify > 0) add("verify_failed", verifier.failed());
+    add("device_faults", static_cast<double>(faults.total()));
     const char* commit = std::getenv("SPGRAPH_COMMIT");
     rep.write_json(opt.json, commit != nullptr ? commit : "unknown", today());
   }
-  const bool ok = allocations == 0 && verifier.failed() == 0;
+  if (faults.total() > 0 && !opt.allow_faults) {
+    std::fprintf(stderr, "serve_loop: the device counted %llu faults over the run (--allow-faults to accept them)\n",
+                 static_cast<unsigned long long>(faults.total()));
+  }
+  const bool ok = allocations == 0 && verifier.failed() == 0 && (faults.total() == 0 || opt.allow_faults);
   return ok ? 0 : 1;
 }
 

@@ -122,6 +122,8 @@ std::string serve_loop_help() {
          "  --engine-buffers     the model front allocates the caches and tensors itself (one cudaMalloc\n"
          "                       each, as an engine would) and binds them: the pool holds only spgraph's\n"
          "                       own workspaces; outputs and --checksum are the same as without it\n"
+         "  --allow-faults       exit 0 even when the device counted faults over the run (by default any\n"
+         "                       fault, in any step, makes the exit code 1)\n"
          "  --no-alloc-count     do not count CUDA allocation calls: CUPTI stays unloaded, so host times\n"
          "                       are not inflated by its subscriber (graph launches cost ~2 us instead of\n"
          "                       ~0.2 us a node)\n"
@@ -164,6 +166,8 @@ ParsedCommandLine parse_serve_loop_options(const std::vector<std::string>& args)
         o.derive_slots = true;
       } else if (a == "--engine-buffers") {
         o.engine_buffers = true;
+      } else if (a == "--allow-faults") {
+        o.allow_faults = true;
       } else if (a == "--steps") {
         o.steps = static_cast<long>(take_int("--steps"));
       } else if (a == "--verify") {

@@ -23,6 +23,7 @@ struct ServeLoopOptions {
   bool count_allocations{true};  // --no-alloc-count: leave CUPTI unloaded (it slows every graph launch)
   bool derive_slots{false};      // --derive-slots: leave the insert slots to the device
   bool engine_buffers{false};    // --engine-buffers: caches and tensors from the model front's own cudaMallocs
+  bool allow_faults{false};      // --allow-faults: device faults over the run do not fail the exit code
   long steps{1000};
   int verify{0};
   std::string json;

@@ -81,6 +81,9 @@ TEST_CASE("serve_loop flags: help, unknown flags, cross-flag bounds", "[serve_lo
   CHECK(parse({"--max-len", "9000", "--max-model-len", "8192"}).error ==
         "--max-len = 9000 must be at most --max-model-len = 8192");
   CHECK(parse({"--min-len", "5000", "--max-len", "4000"}).error == "--min-len = 5000 must be at most --max-len = 4000");
+  CHECK_FALSE(parse({}).options.allow_faults);  // by default any device fault fails the run
+  CHECK(parse({"--allow-faults"}).options.allow_faults);
+  CHECK(spg::samples::serve_loop_help().find("--allow-faults") != std::string::npos);
   const ParsedCommandLine p = parse({"--steps", "20", "--mode", "eager", "--derive-slots", "--arrivals", "poisson"});
   CHECK(p.error.empty());
   CHECK(p.options.steps == 20);
