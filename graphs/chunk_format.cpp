@@ -94,9 +94,9 @@ ChunkMetaLayout ChunkMetaLayout::make(const memory::PipelineConfig& config) {
   m.swa_table_width = config.swa_blocks_per_request();
   m.compressed_table_width = config.compressed_blocks_per_request();
   int at = 0;
-  auto take = [&](int words) {
+  auto take = [&](int count) {
     const int offset = at;
-    at += round4(words);
+    at += round4(count);
     return offset;
   };
   m.scalars = take(kNumRatios * kScalarWords);

@@ -86,6 +86,62 @@ ExecutorPlan plan_executor(memory::PipelineConfig config, const ExecutorOptions&
   return ExecutorPlan{std::move(config), std::move(buckets), std::move(programs), std::move(ratios), std::move(pool)};
 }
 
+ExecutorViews executor_views(const memory::PipelineConfig& config, const ExecutorOptions& options,
+                             const memory::BufferPool& pool) {
+  ExecutorViews out;
+  const auto T = static_cast<std::size_t>(config.max_tokens);
+  out.layers.resize(config.layers.size());
+  for (std::size_t i = 0; i < config.layers.size(); ++i) {
+    const memory::LayerConfig& l = config.layers[i];
+    const LayerBuffers given = options.buffers.empty() ? LayerBuffers{} : options.buffers[i];
+    LayerBuffers& v = out.layers[i];
+    v = given;
+    const auto h = static_cast<std::size_t>(l.h_q);
+    auto planned = [&](LayerBuffer b, bool is_bound) {
+      return !is_bound && layer_uses(l, b, options.insert);
+    };
+    auto name = [&](LayerBuffer b) { return slots::layer_slot(i, b); };
+    using B = LayerBuffer;
+    if (planned(B::q, bound(given.q))) {
+      v.q = slot_view<__nv_bfloat16, 3>(pool, name(B::q), {T, h, static_cast<std::size_t>(l.d_qk)});
+    }
+    if (planned(B::topk_indices, bound(given.topk_indices))) {
+      v.topk_indices = slot_view<std::int32_t, 2>(pool, name(B::topk_indices), {T, static_cast<std::size_t>(l.top_k)});
+    }
+    if (planned(B::k_rows, bound(given.k_rows))) {
+      v.k_rows = slot_view<__nv_bfloat16, 2>(pool, name(B::k_rows), {T, std::size_t{memory::kHeadDim}});
+    }
+    if (planned(B::compressed_k_rows, bound(given.compressed_k_rows))) {
+      v.compressed_k_rows = slot_view<__nv_bfloat16, 2>(
+          pool, name(B::compressed_k_rows),
+          {required_rows(config, l, B::compressed_k_rows), std::size_t{memory::kHeadDim}});
+    }
+    for (const B cb : {B::swa_cache, B::compressed_cache}) {
+      PagedCache& c = cb == B::swa_cache ? v.swa_cache : v.compressed_cache;
+      if (planned(cb, bound(c))) {
+        c.layout = required_cache(config, l, cb);
+        c.data = reinterpret_cast<std::uint8_t*>(pool.bytes(name(cb), c.layout.bytes()));
+      }
+    }
+    if (planned(B::attn_sink, bound(given.attn_sink))) v.attn_sink = slot_view<float, 1>(pool, name(B::attn_sink), {h});
+    if (planned(B::out, bound(given.out))) {
+      v.out = slot_view<__nv_bfloat16, 3>(pool, name(B::out), {T, h, static_cast<std::size_t>(l.d_v)});
+    }
+    if (planned(B::lse, bound(given.lse))) v.lse = slot_view<float, 2>(pool, name(B::lse), {T, h});
+    if (planned(B::max_logits, bound(given.max_logits))) {
+      v.max_logits = slot_view<float, 2>(pool, name(B::max_logits), {T, h});
+    }
+  }
+  out.workspace.kv = slot_view<__nv_bfloat16, 3>(
+      pool, slots::kKvWorkspace,
+      {static_cast<std::size_t>(config.max_requests), static_cast<std::size_t>(max_kv_rows(config)),
+       std::size_t{memory::kHeadDim}});
+  out.workspace.combined_indices = slot_view<std::int32_t, 2>(
+      pool, slots::kCombined, {T, static_cast<std::size_t>(max_combined_width(config))});
+  out.workspace.combined_lens = slot_view<std::int32_t, 1>(pool, slots::kCombinedLens, {T});
+  return out;
+}
+
 Executor::Executor(memory::PipelineConfig config, ExecutorOptions options)
     : Executor(plan_executor(std::move(config), options), std::move(options)) {}
 
@@ -98,57 +154,9 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
       pool_(checked_pool(config_, options_, programs_, buckets_, std::move(plan.pool))),
       encoder_(config_, options_.insert),
       staged_{memory::Event(false), memory::Event(false)} {
-  // Every layer's buffers: the caller's where bound, else the pool's slot.
-  const auto T = static_cast<std::size_t>(config_.max_tokens);
-  views_.resize(config_.layers.size());
-  for (std::size_t i = 0; i < config_.layers.size(); ++i) {
-    const memory::LayerConfig& l = config_.layers[i];
-    const LayerBuffers given = options_.buffers.empty() ? LayerBuffers{} : options_.buffers[i];
-    LayerBuffers& v = views_[i];
-    v = given;
-    const auto h = static_cast<std::size_t>(l.h_q);
-    auto planned = [&](LayerBuffer b, bool is_bound) {
-      return !is_bound && layer_uses(l, b, options_.insert);
-    };
-    auto name = [&](LayerBuffer b) { return slots::layer_slot(i, b); };
-    using B = LayerBuffer;
-    if (planned(B::q, bound(given.q))) {
-      v.q = slot_view<__nv_bfloat16, 3>(pool_, name(B::q), {T, h, static_cast<std::size_t>(l.d_qk)});
-    }
-    if (planned(B::topk_indices, bound(given.topk_indices))) {
-      v.topk_indices = slot_view<std::int32_t, 2>(pool_, name(B::topk_indices), {T, static_cast<std::size_t>(l.top_k)});
-    }
-    if (planned(B::k_rows, bound(given.k_rows))) {
-      v.k_rows = slot_view<__nv_bfloat16, 2>(pool_, name(B::k_rows), {T, std::size_t{memory::kHeadDim}});
-    }
-    if (planned(B::compressed_k_rows, bound(given.compressed_k_rows))) {
-      v.compressed_k_rows = slot_view<__nv_bfloat16, 2>(
-          pool_, name(B::compressed_k_rows),
-          {required_rows(config_, l, B::compressed_k_rows), std::size_t{memory::kHeadDim}});
-    }
-    for (const B cb : {B::swa_cache, B::compressed_cache}) {
-      PagedCache& c = cb == B::swa_cache ? v.swa_cache : v.compressed_cache;
-      if (planned(cb, bound(c))) {
-        c.layout = required_cache(config_, l, cb);
-        c.data = reinterpret_cast<std::uint8_t*>(pool_.bytes(name(cb), c.layout.bytes()));
-      }
-    }
-    if (planned(B::attn_sink, bound(given.attn_sink))) v.attn_sink = slot_view<float, 1>(pool_, name(B::attn_sink), {h});
-    if (planned(B::out, bound(given.out))) {
-      v.out = slot_view<__nv_bfloat16, 3>(pool_, name(B::out), {T, h, static_cast<std::size_t>(l.d_v)});
-    }
-    if (planned(B::lse, bound(given.lse))) v.lse = slot_view<float, 2>(pool_, name(B::lse), {T, h});
-    if (planned(B::max_logits, bound(given.max_logits))) {
-      v.max_logits = slot_view<float, 2>(pool_, name(B::max_logits), {T, h});
-    }
-  }
-  workspace_.kv = slot_view<__nv_bfloat16, 3>(
-      pool_, slots::kKvWorkspace,
-      {static_cast<std::size_t>(config_.max_requests), static_cast<std::size_t>(max_kv_rows(config_)),
-       std::size_t{memory::kHeadDim}});
-  workspace_.combined_indices = slot_view<std::int32_t, 2>(
-      pool_, slots::kCombined, {T, static_cast<std::size_t>(max_combined_width(config_))});
-  workspace_.combined_lens = slot_view<std::int32_t, 1>(pool_, slots::kCombinedLens, {T});
+  ExecutorViews views = executor_views(config_, options_, pool_);
+  views_ = std::move(views.layers);
+  workspace_ = views.workspace;
 
   const std::size_t meta_bytes = encoder_.layout().bytes();
   chunk_meta_ = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kChunkMeta, meta_bytes));

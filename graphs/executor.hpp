@@ -56,6 +56,18 @@ struct ExecutorPlan {
 /// @throws InvalidArgument naming the first field at fault.
 [[nodiscard]] ExecutorPlan plan_executor(memory::PipelineConfig config, const ExecutorOptions& options);
 
+/// @brief Every layer's buffers and the step's shared workspaces as typed views.
+struct ExecutorViews {
+  std::vector<LayerBuffers> layers;
+  StepWorkspace workspace;
+};
+
+/// @brief The views an executor hands out: the caller's buffer where `options` binds one, else
+///        the pool's slot for it. Host only (the pool may be host-backed: planning tools, fuzzers).
+/// @throws InvalidArgument / CapacityError when the pool lacks a slot or a slot is too small.
+[[nodiscard]] ExecutorViews executor_views(const memory::PipelineConfig& config, const ExecutorOptions& options,
+                                           const memory::BufferPool& pool);
+
 /// @brief What warm-up did and what it holds (table D of docs/benchmarks.md).
 struct WarmupReport {
   int graphs{0};                     ///< step graphs (programs x buckets x 2 staging blocks)

@@ -363,7 +363,7 @@ TEST_CASE("encoder host cost per chunk at T = 2048", "[.chunk-cost]") {
       slots128.push_back(static_cast<std::int32_t>(graphs::slot_of(r.compressed_blocks[2], cfg.cache.block_tokens / 128, row)));
     }
   }
-  constexpr int kMask = 1 << 0 | 1 << 1 | 1 << 2;
+  constexpr int kAllRatios = 1 << 0 | 1 << 1 | 1 << 2;
   std::vector<std::int32_t> words(static_cast<std::size_t>(enc.layout().words));
   for (const bool listed : {false, true}) {
     ChunkInput in;
@@ -374,15 +374,15 @@ TEST_CASE("encoder host cost per chunk at T = 2048", "[.chunk-cost]") {
       in.compressed_slots[2] = slots128;
     }
     REQUIRE(in.num_tokens() == 2048);
-    REQUIRE(enc.check(in, kMask).status == RunStatus::ok);
+    REQUIRE(enc.check(in, kAllRatios).status == RunStatus::ok);
     constexpr int kIterations = 20000;
     double best = 1e30;
     for (int round = 0; round < 5; ++round) {
       const auto t0 = std::chrono::steady_clock::now();
       int sink = 0;
       for (int i = 0; i < kIterations; ++i) {
-        const ChunkCheck ck = enc.check(in, kMask);
-        enc.write(in, ck, kMask, words.data());
+        const ChunkCheck ck = enc.check(in, kAllRatios);
+        enc.write(in, ck, kAllRatios, words.data());
         sink += ck.tokens + words[static_cast<std::size_t>(i) % words.size()];
       }
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kIterations;
