@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "graphs/run_status.hpp"
 #include "kernels/chunk.hpp"
@@ -126,10 +127,12 @@ struct ChunkCheck {
   bool derive_slots{false};         ///< no slot lists: the device derives the insert slots
   int bad_request{-1};              ///< bad_chunk: the request at fault, -1 for a chunk-wide field
   const char* bad_field{nullptr};   ///< bad_chunk: the field at fault (a static string)
+  const char* bad_reason{nullptr};  ///< bad_chunk: what is wrong with it (a static string)
 };
 
 /// @brief Checks chunks against a config and writes their metadata blocks; the replay path's host
-///        work. No allocation, no exception.
+///        work. No allocation (its scratch is sized at construction), no exception; not for use
+///        by two threads at once (check() writes that scratch).
 class ChunkEncoder {
  public:
   /// `insert`: the program records the insert stage, so slot lists (when given) are checked and staged.
@@ -138,8 +141,16 @@ class ChunkEncoder {
   [[nodiscard]] const ChunkMetaLayout& layout() const noexcept { return layout_; }
 
   /// Checks `chunk` for a program whose layers use the ratios in `ratio_mask` (bit ratio_index(r)).
-  /// bad_chunk names the request and field; no_bucket: more requests or tokens than the config's maximum.
-  [[nodiscard]] ChunkCheck check(const ChunkInput& chunk, int ratio_mask) const noexcept;
+  /// bad_chunk names the request, the field and the reason; no_bucket: more requests or tokens than
+  /// the config's maximum. Beyond lengths and table sizes, what the device would otherwise skip or
+  /// get wrong silently is refused here (docs/pipeline.md, "Bad input"):
+  ///  - every block id the encoder stages (the SWA table's window entries, the compressed tables'
+  ///    entries of the request's rows) must lie in [0, cache.swa_blocks) / [0, cache.compressed_blocks);
+  ///  - with the insert stage, a slot list entry must be -1 or the slot its request's block table
+  ///    gives that token's position (SWA) or that completed row (compressed);
+  ///  - with the insert stage, no cache block may hold new positions (rows) of two requests, or of
+  ///    one request twice: two writes to one slot in a step would race.
+  [[nodiscard]] ChunkCheck check(const ChunkInput& chunk, int ratio_mask) noexcept;
 
   /// Writes a checked chunk's metadata into `words` (a block of layout().words), only what the
   /// kernels read this step: padded requests get zero lengths, and of the SWA block table only
@@ -153,8 +164,13 @@ class ChunkEncoder {
   int window_;
   int swa_block_size_;
   int block_tokens_;
+  int swa_blocks_;         // blocks of each SWA cache
+  int compressed_blocks_;  // blocks of each compressed cache
   bool insert_;
   ChunkMetaLayout layout_;
+  // Scratch of the shared-block check: (block id, request) of every block a chunk writes, per
+  // ratio index (0: the SWA cache). Sized at construction for the largest chunk.
+  std::vector<std::uint64_t> written_[kNumRatios];
 };
 
 }  // namespace spg::graphs

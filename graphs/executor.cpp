@@ -12,11 +12,6 @@ namespace spg::graphs {
 
 namespace {
 
-memory::PipelineConfig validated(memory::PipelineConfig config) {
-  config.validate();  // before anything is sized from it (buckets, pool)
-  return config;
-}
-
 std::vector<std::vector<int>> make_programs(const memory::PipelineConfig& config, const ExecutorOptions& o) {
   if (o.programs.empty()) {
     std::vector<int> all(config.layers.size());
@@ -53,12 +48,14 @@ std::size_t attention_headroom(const memory::PipelineConfig& config, const std::
   return bytes;
 }
 
-/// The pool for what the caller did not bind, planned only once every binding has passed its checks.
+/// The pool for what the caller did not bind: the bindings' device residency is checked (the one
+/// binding check that asks the device) before anything is allocated.
 memory::BufferPool checked_pool(const memory::PipelineConfig& config, const ExecutorOptions& options,
-                                const std::vector<std::vector<int>>& programs, const BucketSet& buckets) {
+                                const std::vector<std::vector<int>>& programs, const BucketSet& buckets,
+                                memory::PoolPlan plan) {
   check_bindings(config, options.buffers, programs, options.insert);
-  return memory::BufferPool(plan_pipeline_pool(config, options.buffers, options.insert),
-                            attention_headroom(config, programs, buckets));
+  const std::size_t headroom = attention_headroom(config, programs, buckets);
+  return memory::BufferPool(std::move(plan), headroom);
 }
 
 template <class T, std::size_t Rank>
@@ -74,76 +71,100 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Executor::Executor(memory::PipelineConfig config, ExecutorOptions options)
-    : config_(validated(std::move(config))),
-      options_(std::move(options)),
-      buckets_(make_buckets(config_, options_)),
-      programs_(make_programs(config_, options_)),
-      pool_(checked_pool(config_, options_, programs_, buckets_)),
-      encoder_(config_, options_.insert),
-      staged_{memory::Event(false), memory::Event(false)} {
-  for (const auto& layers : programs_) {
+ExecutorPlan plan_executor(memory::PipelineConfig config, const ExecutorOptions& options) {
+  config.validate();  // before anything is sized from it (buckets, programs, pool)
+  BucketSet buckets = make_buckets(config, options);
+  std::vector<std::vector<int>> programs = make_programs(config, options);
+  std::vector<int> ratios;
+  for (const auto& layers : programs) {
     int mask = 0;
-    for (int l : layers) mask |= 1 << ratio_index(config_.layers[static_cast<std::size_t>(l)].compress_ratio);
-    program_ratios_.push_back(mask);
+    for (int l : layers) mask |= 1 << ratio_index(config.layers[static_cast<std::size_t>(l)].compress_ratio);
+    ratios.push_back(mask);
   }
-  // Every layer's buffers: the caller's where bound, else the pool's slot.
-  const auto T = static_cast<std::size_t>(config_.max_tokens);
-  views_.resize(config_.layers.size());
-  for (std::size_t i = 0; i < config_.layers.size(); ++i) {
-    const memory::LayerConfig& l = config_.layers[i];
-    const LayerBuffers given = options_.buffers.empty() ? LayerBuffers{} : options_.buffers[i];
-    LayerBuffers& v = views_[i];
+  check_binding_shapes(config, options.buffers, programs, options.insert);
+  memory::PoolPlan pool = plan_pipeline_pool(config, options.buffers, options.insert);
+  return ExecutorPlan{std::move(config), std::move(buckets), std::move(programs), std::move(ratios), std::move(pool)};
+}
+
+ExecutorViews executor_views(const memory::PipelineConfig& config, const ExecutorOptions& options,
+                             const memory::BufferPool& pool) {
+  ExecutorViews out;
+  const auto T = static_cast<std::size_t>(config.max_tokens);
+  out.layers.resize(config.layers.size());
+  for (std::size_t i = 0; i < config.layers.size(); ++i) {
+    const memory::LayerConfig& l = config.layers[i];
+    const LayerBuffers given = options.buffers.empty() ? LayerBuffers{} : options.buffers[i];
+    LayerBuffers& v = out.layers[i];
     v = given;
     const auto h = static_cast<std::size_t>(l.h_q);
     auto planned = [&](LayerBuffer b, bool is_bound) {
-      return !is_bound && layer_uses(l, b, options_.insert);
+      return !is_bound && layer_uses(l, b, options.insert);
     };
     auto name = [&](LayerBuffer b) { return slots::layer_slot(i, b); };
     using B = LayerBuffer;
     if (planned(B::q, bound(given.q))) {
-      v.q = slot_view<__nv_bfloat16, 3>(pool_, name(B::q), {T, h, static_cast<std::size_t>(l.d_qk)});
+      v.q = slot_view<__nv_bfloat16, 3>(pool, name(B::q), {T, h, static_cast<std::size_t>(l.d_qk)});
     }
     if (planned(B::topk_indices, bound(given.topk_indices))) {
-      v.topk_indices = slot_view<std::int32_t, 2>(pool_, name(B::topk_indices), {T, static_cast<std::size_t>(l.top_k)});
+      v.topk_indices = slot_view<std::int32_t, 2>(pool, name(B::topk_indices), {T, static_cast<std::size_t>(l.top_k)});
     }
     if (planned(B::k_rows, bound(given.k_rows))) {
-      v.k_rows = slot_view<__nv_bfloat16, 2>(pool_, name(B::k_rows), {T, std::size_t{memory::kHeadDim}});
+      v.k_rows = slot_view<__nv_bfloat16, 2>(pool, name(B::k_rows), {T, std::size_t{memory::kHeadDim}});
     }
     if (planned(B::compressed_k_rows, bound(given.compressed_k_rows))) {
       v.compressed_k_rows = slot_view<__nv_bfloat16, 2>(
-          pool_, name(B::compressed_k_rows),
-          {required_rows(config_, l, B::compressed_k_rows), std::size_t{memory::kHeadDim}});
+          pool, name(B::compressed_k_rows),
+          {required_rows(config, l, B::compressed_k_rows), std::size_t{memory::kHeadDim}});
     }
     for (const B cb : {B::swa_cache, B::compressed_cache}) {
       PagedCache& c = cb == B::swa_cache ? v.swa_cache : v.compressed_cache;
       if (planned(cb, bound(c))) {
-        c.layout = required_cache(config_, l, cb);
-        c.data = reinterpret_cast<std::uint8_t*>(pool_.bytes(name(cb), c.layout.bytes()));
+        c.layout = required_cache(config, l, cb);
+        c.data = reinterpret_cast<std::uint8_t*>(pool.bytes(name(cb), c.layout.bytes()));
       }
     }
-    if (planned(B::attn_sink, bound(given.attn_sink))) v.attn_sink = slot_view<float, 1>(pool_, name(B::attn_sink), {h});
+    if (planned(B::attn_sink, bound(given.attn_sink))) v.attn_sink = slot_view<float, 1>(pool, name(B::attn_sink), {h});
     if (planned(B::out, bound(given.out))) {
-      v.out = slot_view<__nv_bfloat16, 3>(pool_, name(B::out), {T, h, static_cast<std::size_t>(l.d_v)});
+      v.out = slot_view<__nv_bfloat16, 3>(pool, name(B::out), {T, h, static_cast<std::size_t>(l.d_v)});
     }
-    if (planned(B::lse, bound(given.lse))) v.lse = slot_view<float, 2>(pool_, name(B::lse), {T, h});
+    if (planned(B::lse, bound(given.lse))) v.lse = slot_view<float, 2>(pool, name(B::lse), {T, h});
     if (planned(B::max_logits, bound(given.max_logits))) {
-      v.max_logits = slot_view<float, 2>(pool_, name(B::max_logits), {T, h});
+      v.max_logits = slot_view<float, 2>(pool, name(B::max_logits), {T, h});
     }
   }
-  workspace_.kv = slot_view<__nv_bfloat16, 3>(
-      pool_, slots::kKvWorkspace,
-      {static_cast<std::size_t>(config_.max_requests), static_cast<std::size_t>(max_kv_rows(config_)),
+  out.workspace.kv = slot_view<__nv_bfloat16, 3>(
+      pool, slots::kKvWorkspace,
+      {static_cast<std::size_t>(config.max_requests), static_cast<std::size_t>(max_kv_rows(config)),
        std::size_t{memory::kHeadDim}});
-  workspace_.combined_indices = slot_view<std::int32_t, 2>(
-      pool_, slots::kCombined, {T, static_cast<std::size_t>(max_combined_width(config_))});
-  workspace_.combined_lens = slot_view<std::int32_t, 1>(pool_, slots::kCombinedLens, {T});
+  out.workspace.combined_indices = slot_view<std::int32_t, 2>(
+      pool, slots::kCombined, {T, static_cast<std::size_t>(max_combined_width(config))});
+  out.workspace.combined_lens = slot_view<std::int32_t, 1>(pool, slots::kCombinedLens, {T});
+  return out;
+}
+
+Executor::Executor(memory::PipelineConfig config, ExecutorOptions options)
+    : Executor(plan_executor(std::move(config), options), std::move(options)) {}
+
+Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
+    : config_(std::move(plan.config)),
+      options_(std::move(options)),
+      buckets_(std::move(plan.buckets)),
+      programs_(std::move(plan.programs)),
+      program_ratios_(std::move(plan.program_ratios)),
+      pool_(checked_pool(config_, options_, programs_, buckets_, std::move(plan.pool))),
+      encoder_(config_, options_.insert),
+      staged_{memory::Event(false), memory::Event(false)} {
+  ExecutorViews views = executor_views(config_, options_, pool_);
+  views_ = std::move(views.layers);
+  workspace_ = views.workspace;
 
   const std::size_t meta_bytes = encoder_.layout().bytes();
   chunk_meta_ = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kChunkMeta, meta_bytes));
-  status_ = reinterpret_cast<kernels::StepStatus*>(pool_.bytes(slots::kStepStatus, sizeof(kernels::StepStatus)));
-  // Unwritten metadata must never be garbage a kernel could trust: start from zeros.
+  status_ = reinterpret_cast<kernels::StatusBlock*>(pool_.bytes(slots::kStepStatus, sizeof(kernels::StatusBlock)));
+  // Unwritten metadata must never be garbage a kernel could trust, and the run's fault totals
+  // start at zero: start from zeros.
   SPG_CUDA_TRY(cudaMemsetAsync(chunk_meta_, 0, meta_bytes, stream()));
+  SPG_CUDA_TRY(cudaMemsetAsync(status_, 0, sizeof(kernels::StatusBlock), stream()));
   for (int s = 0; s < 2; ++s) {
     staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStaging[s], meta_bytes));
     std::memset(staging_[s], 0, meta_bytes);
@@ -275,6 +296,7 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
     result.status = checked.status;
     result.bad_request = checked.bad_request;
     result.bad_field = checked.bad_field;
+    result.bad_reason = checked.bad_reason;
     return result;
   }
   result.bucket = buckets_.lookup(checked.requests, checked.tokens);
@@ -345,8 +367,17 @@ void Executor::synchronize() const {
 kernels::StepStatus Executor::read_status() const {
   kernels::StepStatus status{};
   synchronize();
-  SPG_CUDA_TRY(cudaMemcpy(&status, status_, sizeof status, cudaMemcpyDeviceToHost));
+  SPG_CUDA_TRY(cudaMemcpy(&status, &status_->step, sizeof status, cudaMemcpyDeviceToHost));
   return status;
+}
+
+kernels::RunFaults Executor::read_run_faults() const {
+  kernels::StatusBlock block{};
+  synchronize();
+  SPG_CUDA_TRY(cudaMemcpy(&block, status_, sizeof block, cudaMemcpyDeviceToHost));
+  kernels::RunFaults run = block.run;
+  run.add(block.step);  // the last step's counts, which no stage-in has folded in yet
+  return run;
 }
 
 }  // namespace spg::graphs

@@ -37,6 +37,37 @@ struct ExecutorOptions {
   std::vector<LayerBuffers> buffers;
 };
 
+/// @brief What an executor is sized from, worked out on the host before any CUDA call: the
+///        validated config, the buckets, the layer programs (and the ratios each uses) and the
+///        pool plan of what the caller did not bind.
+struct ExecutorPlan {
+  memory::PipelineConfig config;
+  BucketSet buckets;
+  std::vector<std::vector<int>> programs;
+  std::vector<int> program_ratios;  ///< per program: bit ratio_index(r) set for each ratio r its layers use
+  memory::PoolPlan pool;  ///< without the attention workspace, which warm-up carves (its size asks the device)
+};
+
+/// @brief The executor's host-side planning, in the order it validates: the config
+///        (PipelineConfig::validate), the bucket lists, the programs, the bindings' shapes and
+///        overlaps (check_binding_shapes), then the pool plan. Makes no CUDA call, so a config
+///        error never waits behind a device query or an allocation (planning tools and fuzzers
+///        call it without a GPU).
+/// @throws InvalidArgument naming the first field at fault.
+[[nodiscard]] ExecutorPlan plan_executor(memory::PipelineConfig config, const ExecutorOptions& options);
+
+/// @brief Every layer's buffers and the step's shared workspaces as typed views.
+struct ExecutorViews {
+  std::vector<LayerBuffers> layers;
+  StepWorkspace workspace;
+};
+
+/// @brief The views an executor hands out: the caller's buffer where `options` binds one, else
+///        the pool's slot for it. Host only (the pool may be host-backed: planning tools, fuzzers).
+/// @throws InvalidArgument / CapacityError when the pool lacks a slot or a slot is too small.
+[[nodiscard]] ExecutorViews executor_views(const memory::PipelineConfig& config, const ExecutorOptions& options,
+                                           const memory::BufferPool& pool);
+
 /// @brief What warm-up did and what it holds (table D of docs/benchmarks.md).
 struct WarmupReport {
   int graphs{0};                     ///< step graphs (programs x buckets x 2 staging blocks)
@@ -55,9 +86,11 @@ struct RunResult {
   RunStatus status{RunStatus::ok};
   cudaError_t cuda{cudaSuccess};
   int bucket{-1};
-  /// bad_chunk: the request at fault (-1 for a chunk-wide field) and the field (a static string).
+  /// bad_chunk: the request at fault (-1 for a chunk-wide field), the field and what is wrong
+  /// with it (static strings).
   int bad_request{-1};
   const char* bad_field{nullptr};
+  const char* bad_reason{nullptr};
   /// Microseconds the host spent waiting for the device to release a staging block (0 unless the
   /// host was two steps ahead): time the device owed, not host work.
   double waited_us{0.0};
@@ -111,6 +144,10 @@ class Executor {
   void synchronize() const;
   /// Copies the last completed step's fault counters to the host (waits for it first).
   [[nodiscard]] kernels::StepStatus read_status() const;
+  /// The fault counters of every step since construction (warm-up's included), the last one's
+  /// too: what a serving loop reports and fails on (waits for the submitted steps first).
+  /// @throws CudaError.
+  [[nodiscard]] kernels::RunFaults read_run_faults() const;
 
   /// Every buffer of layer `l`, bound or pooled, as typed views (empty where the layer has none).
   [[nodiscard]] const LayerBuffers& layer(std::size_t l) const { return views_.at(l); }
@@ -138,6 +175,10 @@ class Executor {
   [[nodiscard]] std::uint64_t host_waits() const noexcept { return host_waits_; }
 
  private:
+  // From plan_executor(config, options) with the same options. A reference, so that the public
+  // constructor's plan_executor(config, options) reads the options before they are moved from.
+  Executor(ExecutorPlan plan, ExecutorOptions&& options);
+
   struct Entry {
     std::unique_ptr<Pipeline> pipeline;
     GraphExec exec[2];  // one per staging block
@@ -159,7 +200,7 @@ class Executor {
   std::vector<LayerBuffers> views_;  // every layer's buffers, bound or pooled
   StepWorkspace workspace_;
   std::int32_t* chunk_meta_{nullptr};
-  kernels::StepStatus* status_{nullptr};
+  kernels::StatusBlock* status_{nullptr};
   std::int32_t* staging_[2]{nullptr, nullptr};  // pinned staging blocks, resolved once (no lookups per step)
   memory::Stream stream_;
   memory::Event staged_[2];  // recorded after the launch that read staging block s

@@ -5,6 +5,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -87,6 +88,25 @@ std::string describe(const cuda::std::mdspan<T, Extents, cuda::std::layout_strid
 
 bool aligned16(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
+/// 128-bit sizes, for spans whose 64-bit arithmetic could wrap (a GCC/Clang extension).
+__extension__ typedef unsigned __int128 WideSize;
+
+/// Most bytes a bound buffer may span: far past any device's memory, far below where a span's
+/// arithmetic (64-bit extents times strides) could wrap.
+constexpr std::uint64_t kMaxSpanBytes = std::uint64_t{1} << 48;
+
+/// The byte range of a bound buffer, from its exact size: refused when the size passes
+/// kMaxSpanBytes or the range wraps the address space (a size computed in 64 bits could have
+/// wrapped to a small one and escaped the overlap checks).
+Range checked_range(const std::string& name, std::uintptr_t begin, WideSize bytes, std::size_t layer,
+                    LayerBuffer b, Range::Use use) {
+  SPG_EXPECTS(bytes <= kMaxSpanBytes && begin <= UINTPTR_MAX - static_cast<std::uintptr_t>(bytes),
+              name << " spans " << (bytes <= kMaxSpanBytes ? std::to_string(static_cast<std::uint64_t>(bytes)) : std::string("more than 2^48"))
+                   << " B from " << reinterpret_cast<const void*>(begin)
+                   << ": a bound buffer must span at most 2^48 bytes and not wrap the address space");
+  return Range{layer, b, begin, begin + static_cast<std::uintptr_t>(bytes), use};
+}
+
 /// A row-indexed buffer [rows, inner...]: at least `rows` rows of exactly `inner` (innermost
 /// contiguous, the middle extents packed); the row stride `row_stride` exactly, or (0) any
 /// multiple of 8 elements at least the row's size.
@@ -114,8 +134,11 @@ void check_rows(const DeviceView<T, Rank>& v, const std::string& name, std::size
                 name << ": " << describe(v) << ": token stride " << v.stride(0) << " must be a multiple of 8 elements"
                      << " (16 bytes) of at least " << packed << ", below 2^40 bytes");
   }
-  const auto begin = reinterpret_cast<std::uintptr_t>(v.data_handle());
-  ranges.push_back(Range{layer, b, begin, begin + span_bytes(v), use});
+  // The span in 128 bits (extents and strides are arbitrary 64-bit values); span_bytes(v), which
+  // the kernels' bounds rest on, is then exact.
+  WideSize span = 1;
+  for (std::size_t i = 0; i < Rank; ++i) span += static_cast<WideSize>(v.extent(i) - 1) * v.stride(i);
+  ranges.push_back(checked_range(name, reinterpret_cast<std::uintptr_t>(v.data_handle()), span * sizeof(T), layer, b, use));
 }
 
 void check_cache(const PagedCache& c, const kernels::CacheLayout& want, const std::string& name,
@@ -130,8 +153,9 @@ void check_cache(const PagedCache& c, const kernels::CacheLayout& want, const st
   SPG_EXPECTS(c.layout.block_stride >= want.block_stride && c.layout.block_stride % kernels::kKvRowBytes == 0,
               name << ".layout.block_stride = " << c.layout.block_stride << " must be a multiple of "
                    << kernels::kKvRowBytes << " of at least " << want.block_stride);
-  const auto begin = reinterpret_cast<std::uintptr_t>(c.data);
-  ranges.push_back(Range{layer, b, begin, begin + c.bytes(), Range::persistent});
+  const WideSize bytes =
+      static_cast<WideSize>(c.layout.num_blocks) * static_cast<std::uint64_t>(c.layout.block_stride);
+  ranges.push_back(checked_range(name, reinterpret_cast<std::uintptr_t>(c.data), bytes, layer, b, Range::persistent));
 }
 
 /// Every bound buffer of every layer, checked for shape; the ranges they span.
@@ -184,8 +208,8 @@ std::vector<Range> check_shapes(const PipelineConfig& config, const std::vector<
       SPG_EXPECTS(aligned16(b.attn_sink.data_handle()), name << " must be 16-byte aligned");
       SPG_EXPECTS(b.attn_sink.extent(0) == h && b.attn_sink.stride(0) == 1,
                   name << ": " << describe(b.attn_sink) << " must be [" << h << "] contiguous (h_q sinks)");
-      const auto begin = reinterpret_cast<std::uintptr_t>(b.attn_sink.data_handle());
-      ranges.push_back(Range{i, B::attn_sink, begin, begin + span_bytes(b.attn_sink), Range::read});
+      ranges.push_back(checked_range(name, reinterpret_cast<std::uintptr_t>(b.attn_sink.data_handle()), h * 4, i,
+                                     B::attn_sink, Range::read));
     }
     if (used(B::out, b.out.data_handle(), b.out.size() != 0)) {
       check_rows<__nv_bfloat16, 3>(b.out, where(i, B::out), rows(B::out), {h, static_cast<std::size_t>(l.d_v)}, 0,

@@ -63,8 +63,12 @@ Pipeline::Pipeline(const PipelineConfig& config, const PipelineBuffers& buffers,
   meta_bytes_ = meta.bytes();
   device_meta_ = reinterpret_cast<std::byte*>(buffers.chunk_meta);
   for (int s = 0; s < 2; ++s) staging_[s] = buffers.staging[s];
-  status_ = buffers.status;
-  for (const std::byte* staging : staging_) kernels::StageIn::can_implement(staging, device_meta_, meta_bytes_, status_);
+  status_block_ = buffers.status;
+  SPG_EXPECTS(status_block_ != nullptr, "Pipeline: the buffers need a status block");
+  status_ = &status_block_->step;
+  for (const std::byte* staging : staging_) {
+    kernels::StageIn::can_implement(staging, device_meta_, meta_bytes_, status_block_);
+  }
 
   const std::int32_t* words = buffers.chunk_meta;
   const auto* scalars = reinterpret_cast<const kernels::ChunkScalars*>(words + meta.scalars);
@@ -187,7 +191,7 @@ int Pipeline::kernel_launches() const noexcept {
 }
 
 cudaError_t Pipeline::record_stage_in(int staging, cudaStream_t stream) const noexcept {
-  return kernels::StageIn::run(staging_[staging & 1], device_meta_, meta_bytes_, status_, stream);
+  return kernels::StageIn::run(staging_[staging & 1], device_meta_, meta_bytes_, status_block_, stream);
 }
 
 cudaError_t Pipeline::record_stage(std::size_t layer, Stage s, cudaStream_t stream) const noexcept {

@@ -41,7 +41,7 @@ struct StepWorkspace {
 struct PipelineBuffers {
   const std::byte* staging[2]{nullptr, nullptr};  ///< pinned staging blocks of the metadata
   std::int32_t* chunk_meta{nullptr};              ///< the device metadata block
-  kernels::StepStatus* status{nullptr};
+  kernels::StatusBlock* status{nullptr};           ///< the step's fault counters and the run's totals
   StepWorkspace workspace;
   void* attention_workspace{nullptr};             ///< attention_workspace_bytes() for the shape
   const std::vector<LayerBuffers>* layers{nullptr};  ///< one per layer of the config
@@ -98,7 +98,8 @@ class Pipeline {
   const std::byte* staging_[2];
   std::byte* device_meta_;
   std::size_t meta_bytes_;
-  kernels::StepStatus* status_;
+  kernels::StatusBlock* status_block_;
+  kernels::StepStatus* status_;  // &status_block_->step: what every op counts its faults in
 };
 
 }  // namespace spg::graphs

@@ -92,7 +92,7 @@ PoolPlan plan_pipeline_pool(const PipelineConfig& config, const std::function<bo
   PoolPlan plan;
   plan.add(SlotSpec{slots::kChunkMeta, meta.bytes(), 256, MemoryKind::device,
                     shape({meta.words}, "int32 (chunk metadata)")});
-  plan.add(SlotSpec{slots::kStepStatus, kStepStatusBytes, 256, MemoryKind::device, "StepStatus"});
+  plan.add(SlotSpec{slots::kStepStatus, kStepStatusBytes, 256, MemoryKind::device, "StatusBlock (step and run faults)"});
   // One workspace, reused by every layer in turn: sized for the layer with the most rows.
   add_array(plan, slots::kKvWorkspace, {R, max_kv_rows(config), memory::kHeadDim}, "bf16", 2);
   add_array(plan, slots::kCombined, {T, max_combined_width(config)}, "int32", 4);

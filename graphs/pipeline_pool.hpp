@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "graphs/layer_buffers.hpp"
+#include "kernels/step_status.hpp"
 #include "memory/pipeline_config.hpp"
 #include "memory/pool_plan.hpp"
 
@@ -31,8 +32,9 @@ inline constexpr const char* kAttentionWorkspace = "attention_workspace";
 [[nodiscard]] std::string layer_slot(std::size_t layer, LayerBuffer b);
 }  // namespace slots
 
-/// Bytes reserved for the per-step fault counters (the kernels' StepStatus must fit).
+/// Bytes reserved for the fault counters: the step's and the run's (kernels::StatusBlock).
 inline constexpr std::size_t kStepStatusBytes = 256;
+static_assert(sizeof(kernels::StatusBlock) <= kStepStatusBytes, "the status slot must hold a StatusBlock");
 
 /// @brief The widest combined-index row over the program: round_up(top_k + W, 128).
 [[nodiscard]] int max_combined_width(const memory::PipelineConfig& config) noexcept;

@@ -1,10 +1,13 @@
 // Per-step fault counters that the data-dependent kernels fill and the host reads after a step.
 //
-// Per-step values are data in device memory, so a bad value (a block id outside the cache, a
-// top-k index past the request's rows) can only be found on the device. The kernels never read or
-// write out of bounds because of one: they skip the element, count it here by kind, and the first
-// fault of the step claims `first`. The graph resets the block with `reset()` (a cudaMemsetAsync
-// node) at the start of every step, so counts are per step. Rules: docs/pipeline.md, "Bad input".
+// Per-step values are data in device memory, so a bad value (a top-k index past the request's
+// rows; a block id or slot the host did not stage through the executor's checks) can only be
+// found on the device. The kernels never read or write out of bounds because of one: they skip
+// the element, count it here by kind, and the first fault of the step claims `first`. In an
+// executor's step the stage-in kernel first adds the previous step's counts into the run's totals
+// (RunFaults, beside the step's block in a StatusBlock) and then zeroes them, so counts are per
+// step and the totals cover the whole run without a node of their own. Rules: docs/pipeline.md,
+// "Bad input".
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -54,6 +57,47 @@ struct StepStatus {
   }
 };
 static_assert(sizeof(StepStatus) == 40, "StepStatus is read by the host as raw bytes");
+
+/// @brief The faults of every step an executor ran, folded in by each step's stage-in kernel from
+///        the step before it (the last step's counts join when the host reads them:
+///        Executor::read_run_faults).
+struct RunFaults {
+  std::uint64_t counts[kFaultKinds];  ///< faults of each kind over the run
+  std::uint64_t faulty_steps;         ///< steps with at least one fault
+  std::uint32_t recorded;             ///< nonzero once `first` holds the run's first recorded fault
+  std::uint32_t reserved;
+  FaultRecord first;                  ///< the first fault of the first faulty step
+
+  [[nodiscard]] std::uint64_t count(Fault f) const noexcept { return counts[static_cast<int>(f)]; }
+  [[nodiscard]] std::uint64_t total() const noexcept {
+    std::uint64_t t = 0;
+    for (std::uint64_t c : counts) t += c;
+    return t;
+  }
+  /// Adds one step's counts (what the stage-in kernel does on the device, for the host's read).
+  void add(const StepStatus& step) noexcept {
+    bool any = false;
+    for (int k = 0; k < kFaultKinds; ++k) {
+      counts[k] += step.counts[k];
+      any = any || step.counts[k] != 0;
+    }
+    if (any) ++faulty_steps;
+    if (recorded == 0 && step.recorded != 0) {
+      first = step.first;
+      recorded = 1;
+    }
+  }
+};
+static_assert(sizeof(RunFaults) == 72, "RunFaults is read by the host as raw bytes");
+
+/// @brief An executor's status block: the step's counters (what every kernel's `status` points
+///        at) and the run's totals, which only the stage-in kernel writes.
+struct StatusBlock {
+  StepStatus step;
+  std::uint32_t reserved[6];  ///< keeps `run` 64 bytes in
+  RunFaults run;
+};
+static_assert(sizeof(StatusBlock) == 136 && alignof(StatusBlock) == 8, "StatusBlock is read by the host as raw bytes");
 
 /// @brief Zeroes the status block on `stream`; the graph records this as the step's first node.
 [[nodiscard]] inline cudaError_t reset(StepStatus* status, cudaStream_t stream) noexcept {

@@ -21,10 +21,18 @@ bool is_allocation_call(CUpti_CallbackDomain domain, const char* name) {
   if (name == nullptr) return false;
   auto starts = [&](const char* prefix) { return std::strncmp(name, prefix, std::strlen(prefix)) == 0; };
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-    return starts("cudaMalloc") || starts("cudaFree") || starts("cudaHostAlloc");
+    // Device, pinned, managed and async-pool memory; registering host memory (pins pages); pools;
+    // graph memory nodes (allocations a graph makes when it runs).
+    return starts("cudaMalloc") || starts("cudaFree") || starts("cudaHostAlloc") || starts("cudaHostRegister") ||
+           starts("cudaHostUnregister") || starts("cudaMemPoolCreate") || starts("cudaMemPoolDestroy") ||
+           starts("cudaGraphAddMemAllocNode") || starts("cudaGraphAddMemFreeNode");
   }
+  // The driver beneath them, and virtual memory management (reserve, map).
   return starts("cuMemAlloc") || starts("cuMemFree") || starts("cuMemHostAlloc") || starts("cuMemCreate") ||
-         starts("cuMemRelease");
+         starts("cuMemRelease") || starts("cuMemHostRegister") || starts("cuMemHostUnregister") ||
+         starts("cuMemAddressReserve") || starts("cuMemAddressFree") || starts("cuMemMap") || starts("cuMemUnmap") ||
+         starts("cuMemPoolCreate") || starts("cuMemPoolDestroy") || starts("cuGraphAddMemAllocNode") ||
+         starts("cuGraphAddMemFreeNode");
 }
 
 void CUPTIAPI on_callback(void* /*user*/, CUpti_CallbackDomain /*domain*/, CUpti_CallbackId /*cbid*/,
@@ -67,6 +75,7 @@ void AllocationCounter::attach() {
   cupti_try(cuptiSubscribe(&subscriber, on_callback, nullptr), "cuptiSubscribe");
   subscriber_ = subscriber;
   watched_ = 0;
+  watched_names_.clear();
   for (CUpti_CallbackDomain domain : {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API}) {
     const auto last = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? static_cast<CUpti_CallbackId>(CUPTI_RUNTIME_TRACE_CBID_SIZE)
                                                             : static_cast<CUpti_CallbackId>(CUPTI_DRIVER_TRACE_CBID_SIZE);
@@ -76,6 +85,7 @@ void AllocationCounter::attach() {
       if (!is_allocation_call(domain, name)) continue;
       cupti_try(cuptiEnableCallback(1, subscriber, domain, cbid), "cuptiEnableCallback");
       ++watched_;
+      watched_names_.emplace_back(name);
     }
   }
 }

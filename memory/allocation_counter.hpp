@@ -2,8 +2,11 @@
 //
 // This is how spgraph proves its central promise: after warm-up, a step makes no allocation.
 // It subscribes to the runtime and driver API callbacks whose names allocate or free device,
-// host-pinned, managed, async-pool or virtual memory (cudaMalloc*, cudaHostAlloc, cudaFree*,
-// cuMemAlloc*, cuMemHostAlloc, cuMemCreate, cuMemRelease, cuMemFree*), and nothing else, so the
+// host-pinned, managed, async-pool or virtual memory, pin host memory, make memory pools or add
+// graph memory nodes (cudaMalloc*, cudaHostAlloc, cudaFree*, cudaHostRegister/Unregister,
+// cudaMemPoolCreate/Destroy, cudaGraphAddMemAlloc/FreeNode; cuMemAlloc*, cuMemHostAlloc, cuMemFree*,
+// cuMemCreate, cuMemRelease, cuMemHostRegister/Unregister, cuMemAddressReserve/Free, cuMemMap,
+// cuMemUnmap, cuMemPoolCreate/Destroy, cuGraphAddMemAlloc/FreeNode), and nothing else, so the
 // other API calls stay cheap. A runtime call counts once for the runtime and again for the
 // driver call beneath it: `count()` is the sum, and any non-zero count is a failure.
 #pragma once
@@ -27,6 +30,8 @@ class AllocationCounter {
   [[nodiscard]] std::vector<std::string> names() const;
   /// How many API callbacks the counter watches (for the report).
   [[nodiscard]] int watched_callbacks() const noexcept { return watched_; }
+  /// Their API names, as CUPTI gives them (cuMemHostRegister_v2, cudaMallocAsync, ...).
+  [[nodiscard]] const std::vector<std::string>& watched_names() const noexcept { return watched_names_; }
 
   /// Detaches CUPTI from the process (unsubscribe, then cuptiFinalize) and attaches it again.
   /// While a CUPTI subscriber exists the driver leaves its fast graph-launch path (cudaGraphLaunch
@@ -44,6 +49,7 @@ class AllocationCounter {
   AllocationCounter();
   void* subscriber_{nullptr};  // CUpti_SubscriberHandle
   int watched_{0};
+  std::vector<std::string> watched_names_;
 };
 
 }  // namespace spg::memory

@@ -3,6 +3,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <limits>
+#include <string>
+
 namespace spg::memory {
 
 void* BufferPool::Region::data() const noexcept {
@@ -18,6 +21,11 @@ std::size_t BufferPool::Region::size() const noexcept {
 BufferPool::BufferPool(PoolPlan plan, std::size_t device_headroom, PoolBacking backing)
     : plan_(std::move(plan)), backing_(backing) {
   const std::size_t planned = plan_.device_bytes();
+  // The plan ends below SIZE_MAX / 2 (PoolPlan::add); so must the headroom on top of it.
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max() / 2;
+  SPG_EXPECTS_AS(CapacityError, device_headroom <= kMax - planned,
+                 "the buffer pool's headroom of " << device_headroom << " B on top of its " << planned
+                                                  << " B plan does not fit a pool (at most " << kMax << " B)");
   device_capacity_ = planned + (device_headroom + PoolPlan::kBaseAlignment - 1) / PoolPlan::kBaseAlignment *
                                    PoolPlan::kBaseAlignment;
   device_used_ = planned;
@@ -69,8 +77,12 @@ const Slot& BufferPool::carve(SlotSpec spec) {
                                                      << " B) cannot be added after warm-up");
   SPG_EXPECTS_AS(StateError, spec.kind == MemoryKind::device,
                  "slot '" << spec.name << "': only device slots can be carved from the headroom");
+  SPG_EXPECTS_AS(CapacityError, spec.bytes <= device_capacity_ - device_used_,
+                 "slot '" << spec.name << "' needs " << spec.bytes << " B but the pool's headroom has "
+                          << (device_capacity_ - device_used_) << " B left of " << (device_capacity_ - plan_.device_bytes())
+                          << " reserved");
   PoolPlan trial = plan_;
-  const Slot& placed = trial.add(spec);
+  const Slot& placed = trial.add(spec);  // no wrap: add() keeps the plan below SIZE_MAX / 2
   const std::size_t end = placed.offset + placed.spec.bytes;
   SPG_EXPECTS_AS(CapacityError, end <= device_capacity_,
                  "slot '" << spec.name << "' needs " << spec.bytes << " B but the pool's headroom has "
@@ -96,10 +108,23 @@ std::byte* BufferPool::typed_bytes(std::string_view name, std::size_t count, std
   SPG_EXPECTS(s.spec.alignment % align == 0,
               "slot '" << name << "' is aligned to " << s.spec.alignment << " B, less than the element's " << align);
   SPG_EXPECTS_AS(CapacityError, count <= s.spec.bytes / elem,
-                 "slot '" << name << "': requested " << count << " elements (" << count * elem
+                 "slot '" << name << "': requested " << count << " elements ("
+                          << (count <= std::numeric_limits<std::size_t>::max() / elem ? std::to_string(count * elem)
+                                                                                       : std::string("more than 2^64"))
                           << " B) but it reserved " << s.spec.bytes << " B (shape "
                           << (s.spec.shape.empty() ? "?" : s.spec.shape) << ")");
   return bytes(name, count * elem);
+}
+
+void BufferPool::throw_extents_overflow(std::string_view name, std::size_t rank) const {
+  const Slot& s = plan_.slot(name);
+  ::spg::detail::throw_expects<CapacityError>(
+      "product of the extents <= SIZE_MAX",
+      (::spg::detail::MessageBuilder{} << "slot '" << name << "': the " << rank
+                                << " extents requested hold more than 2^64 elements; it reserved " << s.spec.bytes
+                                << " B (shape " << (s.spec.shape.empty() ? "?" : s.spec.shape) << ")")
+          .str(),
+      __FILE__, __LINE__);
 }
 
 }  // namespace spg::memory

@@ -47,7 +47,8 @@ class BufferPool {
   [[nodiscard]] const PoolPlan& plan() const noexcept { return plan_; }
 
   /// Adds a device slot in the headroom (warm-up only).
-  /// @throws StateError once sealed; CapacityError when the headroom cannot hold it.
+  /// @throws StateError once sealed; CapacityError when the headroom cannot hold it (sizes that
+  ///         would wrap included).
   const Slot& carve(SlotSpec spec);
 
   /// After this, carve() throws: nothing may grow once the graphs are captured.
@@ -69,14 +70,18 @@ class BufferPool {
   }
 
   /// A row-major view of a leading sub-shape of a slot: view<bf16, 2>("q", {T, width}).
+  /// @throws CapacityError when the extents hold more elements than the slot (or than SIZE_MAX).
   template <class T, std::size_t Rank>
   [[nodiscard]] View<T, Rank> view(std::string_view name, const std::array<std::size_t, Rank>& extents) const {
     std::size_t count = 1;
+    bool overflow = false;
     cuda::std::array<std::size_t, Rank> dims{};
     for (std::size_t i = 0; i < Rank; ++i) {
       dims[i] = extents[i];
-      count *= extents[i];
+      overflow = __builtin_mul_overflow(count, extents[i], &count) || overflow;
     }
+    // A product past SIZE_MAX would wrap to a small count and pass the slot's check.
+    if (overflow) throw_extents_overflow(name, Rank);
     T* p = reinterpret_cast<T*>(typed_bytes(name, count, sizeof(T), alignof(T)));
     return View<T, Rank>(p, dims);
   }
@@ -111,6 +116,7 @@ class BufferPool {
   };
 
   std::byte* typed_bytes(std::string_view name, std::size_t count, std::size_t elem, std::size_t align) const;
+  [[noreturn]] void throw_extents_overflow(std::string_view name, std::size_t rank) const;
 
   PoolPlan plan_;
   PoolBacking backing_;

@@ -71,6 +71,20 @@ void PipelineConfig::validate() const {
   SPG_EXPECTS(cache.swa_blocks >= 1, "cache.swa_blocks = " << cache.swa_blocks << " must be at least 1");
   SPG_EXPECTS(cache.compressed_blocks >= 1,
               "cache.compressed_blocks = " << cache.compressed_blocks << " must be at least 1");
+  // The chunk metadata block (docs/memory.md, "chunk_meta") is copied to the device whole on every
+  // step; its block tables are what can grow without bound.
+  const std::int64_t entries = chunk_table_entries();
+  SPG_EXPECTS(entries <= kMaxChunkTableEntries,
+              "the chunk metadata's block tables, max_requests x (max_model_len / cache.swa_block_size + 2 x "
+              "max_model_len / cache.block_tokens) = "
+                  << max_requests << " x (" << swa_blocks_per_request() << " + 2 x " << compressed_blocks_per_request()
+                  << ") = " << entries << " entries (" << entries * 4 << " B, copied to the device every step), must be "
+                  << "at most " << kMaxChunkTableEntries << " (16 MiB); lower max_requests or max_model_len, or raise "
+                  << "cache.swa_block_size");
+}
+
+std::int64_t PipelineConfig::chunk_table_entries() const noexcept {
+  return std::int64_t{max_requests} * (std::int64_t{swa_blocks_per_request()} + 2 * std::int64_t{compressed_blocks_per_request()});
 }
 
 int PipelineConfig::swa_blocks_per_request() const noexcept {

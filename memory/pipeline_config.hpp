@@ -41,6 +41,10 @@ struct CacheConfig {
   int compressed_blocks{2048}; ///< physical blocks in each layer's compressed cache
 };
 
+/// Most block-table entries a chunk's metadata may hold (16 MiB of int32): the whole block is
+/// copied to the device on every step.
+inline constexpr std::int64_t kMaxChunkTableEntries = std::int64_t{1} << 22;
+
 /// @brief Limits of one chunk and the model's layer program.
 struct PipelineConfig {
   int max_requests{4};        ///< R: requests per chunk
@@ -55,6 +59,10 @@ struct PipelineConfig {
   /// The program's sliding window W: validate() requires every layer to have the same one, since
   /// gather_lens (min(seq_len, query_len + W - 1)) are per-step data shared by every layer.
   [[nodiscard]] int window() const noexcept { return layers.empty() ? 0 : layers.front().window; }
+
+  /// Entries of the per-step block tables (one row per request: the SWA table and one table per
+  /// compressed ratio); validate() bounds them by kMaxChunkTableEntries.
+  [[nodiscard]] std::int64_t chunk_table_entries() const noexcept;
 
   /// Blocks a request can span in the SWA cache / a compressed cache (block table widths).
   [[nodiscard]] int swa_blocks_per_request() const noexcept;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
 #include "memory/error.hpp"
@@ -23,7 +24,13 @@ const Slot& PoolPlan::add(SlotSpec spec) {
   SPG_EXPECTS(a >= 1 && a <= kBaseAlignment && (a & (a - 1)) == 0,
               "slot '" << spec.name << "': alignment = " << a << " must be a power of two in [1, " << kBaseAlignment
                        << "]");
+  // Sizes come from configs and callers: a slot that would carry the plan past SIZE_MAX (or past
+  // the base alignment's last multiple) is refused, never wrapped to a small offset.
   std::size_t& end = end_[kind_index(spec.kind)];
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max() / 2;
+  SPG_EXPECTS_AS(CapacityError, spec.bytes <= kMax - kBaseAlignment && end <= kMax - kBaseAlignment - spec.bytes,
+                 "slot '" << spec.name << "': bytes = " << spec.bytes << " after " << end
+                          << " B already planned does not fit a pool (at most " << kMax << " B)");
   const std::size_t offset = round_up(end, a);
   end = offset + spec.bytes;
   slots_.push_back(Slot{std::move(spec), offset});

@@ -34,7 +34,8 @@ class PoolPlan {
  public:
   /// Places a slot after the previous slot of the same kind.
   /// @throws InvalidArgument for an empty or duplicate name, zero bytes, or an alignment that is
-  ///         not a power of two between 1 and 4096.
+  ///         not a power of two between 1 and 4096; CapacityError when the plan's end would pass
+  ///         SIZE_MAX / 2 (a size that wrapped or that no machine holds).
   const Slot& add(SlotSpec spec);
 
   /// @throws InvalidArgument naming the slot when the plan has none of that name.

@@ -24,180 +24,14 @@
 #include "memory/resources.hpp"
 #include "samples/bench/report.hpp"
 #include "samples/engine_buffers.hpp"
+#include "samples/serve_loop_options.hpp"
 #include "samples/serve_loop_verify.hpp"
 #include "scheduler/prefill_scheduler.hpp"
 #include "scheduler/workload.hpp"
 
 namespace {
 
-using spg::scheduler::ArrivalPattern;
-using spg::scheduler::LengthDistribution;
-
-struct Options {
-  bool plan_only{false};
-  bool eager{false};
-  bool progress{true};
-  bool checksum{false};
-  bool require_gpu{false};
-  bool count_allocations{true};  // --no-alloc-count: leave CUPTI unloaded (it slows every graph launch)
-  bool derive_slots{false};      // --derive-slots: leave the insert slots to the device
-  bool engine_buffers{false};    // --engine-buffers: caches and tensors from the model front's own cudaMallocs
-  long steps{1000};
-  int verify{0};
-  std::string json;
-  std::uint64_t seed{1};
-  int requests{256};
-  int min_len{1024};
-  int max_len{65536};
-  LengthDistribution lengths{LengthDistribution::log_normal};
-  ArrivalPattern arrivals{ArrivalPattern::all_at_once};
-  double rate{1.0};
-  int budget{8192};
-  int max_requests{4};
-  int max_tokens{2048};
-  int max_model_len{65536};
-};
-
-void print_help() {
-  std::printf(
-      "usage: serve_loop [flags]\n"
-      "Prefills a synthetic stream of prompts through the V4 layer program (4 C4A, 2 C128A, 2 SWA\n"
-      "layers), one CUDA graph launch per chunk, and reports throughput and step times.\n\n"
-      "  --steps N            scheduler steps to run, 1..10000000 (default 1000)\n"
-      "  --mode graph|eager   replay captured graphs (default) or launch the same kernels eagerly\n"
-      "  --verify N           check N sampled chunks end to end against the CPU references (default 0)\n"
-      "  --json FILE          also write the report as JSON records\n"
-      "  --plan               print the layer program, buckets and pool plan, then exit (no GPU needed)\n"
-      "  --seed S             workload and model-front seed (default 1)\n"
-      "  --requests N         requests per workload batch, 1..1000000 (default 256; a new batch arrives\n"
-      "                       whenever the previous one has finished)\n"
-      "  --min-len L          shortest prompt, 1..max-model-len (default 1024)\n"
-      "  --max-len L          longest prompt, min-len..max-model-len (default 65536)\n"
-      "  --lengths uniform|log-normal   prompt length distribution (default log-normal)\n"
-      "  --arrivals all|poisson         arrival pattern (default all)\n"
-      "  --rate R             Poisson arrivals per step, > 0 (default 1)\n"
-      "  --budget B           max_num_batched_tokens per step, >= 1 (default 8192)\n"
-      "  --max-requests R     requests per chunk, 1..64 (default 4)\n"
-      "  --max-tokens T       tokens per chunk, 16..65536 (default 2048)\n"
-      "  --max-model-len L    longest sequence, 1..1048576 (default 65536)\n"
-      "  --checksum           print a checksum of every chunk's outputs (graph and eager runs of one\n"
-      "                       trace must print the same)\n"
-      "  --require-gpu        exit with code 77 (skipped) instead of planning when there is no GPU\n"
-      "  --derive-slots       hand the executor no insert slot mappings: the device derives the same\n"
-      "                       slots from the block tables (default: the scheduler's slot mappings)\n"
-      "  --engine-buffers     the model front allocates the caches and tensors itself (one cudaMalloc\n"
-      "                       each, as an engine would) and binds them: the pool holds only spgraph's\n"
-      "                       own workspaces; outputs and --checksum are the same as without it\n"
-      "  --no-alloc-count     do not count CUDA allocation calls: CUPTI stays unloaded, so host times\n"
-      "                       are not inflated by its subscriber (graph launches cost ~2 us instead of\n"
-      "                       ~0.2 us a node)\n"
-      "  --no-progress        no progress bar\n");
-}
-
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "serve_loop: %s (see --help)\n", msg.c_str());
-  std::exit(2);
-}
-
-long parse_long(const char* flag, const char* value, long lo, long hi) {
-  char bounds_buf[64];
-  std::snprintf(bounds_buf, sizeof bounds_buf, "[%ld, %ld]", lo, hi);
-  const std::string bounds = bounds_buf;
-  if (value == nullptr) usage_error(std::string(flag) + " needs an integer in " + bounds);
-  char* end = nullptr;
-  const long v = std::strtol(value, &end, 10);
-  if (*end != '\0' || end == value || v < lo || v > hi) {
-    usage_error(std::string(flag) + " = '" + value + "' must be an integer in " + bounds);
-  }
-  return v;
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
-    auto take_int = [&](long lo, long hi) {
-      ++i;
-      return parse_long(a.c_str(), next, lo, hi);
-    };
-    if (a == "--help" || a == "-h") {
-      print_help();
-      std::exit(0);
-    } else if (a == "--plan") {
-      o.plan_only = true;
-    } else if (a == "--no-progress") {
-      o.progress = false;
-    } else if (a == "--checksum") {
-      o.checksum = true;
-    } else if (a == "--require-gpu") {
-      o.require_gpu = true;
-    } else if (a == "--no-alloc-count") {
-      o.count_allocations = false;
-    } else if (a == "--derive-slots") {
-      o.derive_slots = true;
-    } else if (a == "--engine-buffers") {
-      o.engine_buffers = true;
-    } else if (a == "--steps") {
-      o.steps = take_int(1, 10000000);
-    } else if (a == "--verify") {
-      o.verify = static_cast<int>(take_int(0, 100000));
-    } else if (a == "--seed") {
-      o.seed = static_cast<std::uint64_t>(take_int(0, 1L << 62));
-    } else if (a == "--requests") {
-      o.requests = static_cast<int>(take_int(1, 1000000));
-    } else if (a == "--min-len") {
-      o.min_len = static_cast<int>(take_int(1, 1 << 20));
-    } else if (a == "--max-len") {
-      o.max_len = static_cast<int>(take_int(1, 1 << 20));
-    } else if (a == "--budget") {
-      o.budget = static_cast<int>(take_int(1, 1 << 24));
-    } else if (a == "--max-requests") {
-      o.max_requests = static_cast<int>(take_int(1, 64));
-    } else if (a == "--max-tokens") {
-      o.max_tokens = static_cast<int>(take_int(16, 65536));
-    } else if (a == "--max-model-len") {
-      o.max_model_len = static_cast<int>(take_int(1, 1 << 20));
-    } else if (a == "--mode" || a == "--lengths" || a == "--arrivals" || a == "--json" || a == "--rate") {
-      if (next == nullptr) usage_error(a + " needs a value");
-      ++i;
-      const std::string v = next;
-      if (a == "--mode") {
-        if (v != "graph" && v != "eager") usage_error("--mode = '" + v + "' must be graph or eager");
-        o.eager = v == "eager";
-      } else if (a == "--lengths") {
-        try {
-          o.lengths = spg::scheduler::parse_length_distribution(v);
-        } catch (const spg::Error&) {
-          usage_error("--lengths = '" + v + "' must be uniform or log-normal");
-        }
-      } else if (a == "--arrivals") {
-        try {
-          o.arrivals = spg::scheduler::parse_arrival_pattern(v);
-        } catch (const spg::Error&) {
-          usage_error("--arrivals = '" + v + "' must be all or poisson");
-        }
-      } else if (a == "--json") {
-        o.json = v;
-      } else {
-        char* end = nullptr;
-        o.rate = std::strtod(next, &end);
-        if (*end != '\0' || !(o.rate > 0.0) || !std::isfinite(o.rate)) usage_error("--rate = '" + v + "' must be > 0");
-      }
-    } else {
-      usage_error("unknown flag '" + a + "'");
-    }
-  }
-  if (o.max_len > o.max_model_len) {
-    usage_error("--max-len = " + std::to_string(o.max_len) + " must be at most --max-model-len = " +
-                std::to_string(o.max_model_len));
-  }
-  if (o.min_len > o.max_len) {
-    usage_error("--min-len = " + std::to_string(o.min_len) + " must be at most --max-len = " + std::to_string(o.max_len));
-  }
-  if (o.budget < 16) usage_error("--budget = " + std::to_string(o.budget) + " must be at least the smallest bucket, 16");
-  return o;
-}
+using Options = spg::samples::ServeLoopOptions;
 
 spg::memory::PipelineConfig make_config(const Options& o) {
   spg::memory::PipelineConfig c = spg::memory::PipelineConfig::v4_default();
@@ -385,8 +219,13 @@ int run(const Options& opt) {
         ++eager_runs;
       }
       if (!r.ok()) {
-        std::fprintf(stderr, "serve_loop: step %ld chunk failed: %s (%s)\n", step, graphs::run_status_name(r.status),
+        std::fprintf(stderr, "serve_loop: step %ld chunk failed: %s (%s)", step, graphs::run_status_name(r.status),
                      cudaGetErrorName(r.cuda));
+        if (r.status == graphs::RunStatus::bad_chunk) {
+          std::fprintf(stderr, ": request %d, %s: %s", r.bad_request, r.bad_field != nullptr ? r.bad_field : "?",
+                       r.bad_reason != nullptr ? r.bad_reason : "?");
+        }
+        std::fprintf(stderr, "\n");
         return 1;
       }
       ev_stop[static_cast<std::size_t>(slot)].record(ex.stream());
@@ -424,7 +263,7 @@ int run(const Options& opt) {
     gpu_us.push_back(1000.0 * ev_stop[slot].elapsed_ms_since(ev_start[slot]));
   }
   const std::uint64_t allocations = counter != nullptr ? counter->count() : 0;
-  const kernels::StepStatus status = ex.read_status();
+  const kernels::RunFaults faults = ex.read_run_faults();
 
   const double tokens_per_s = static_cast<double>(tokens) / wall_s;
   const double waste = tokens > 0 ? static_cast<double>(padded) / static_cast<double>(tokens) : 0.0;
@@ -450,7 +289,19 @@ int run(const Options& opt) {
   std::printf("  pool                       %.2f GiB device, %.1f KiB pinned; graphs %.1f MiB; capture %.1f ms\n",
               static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
               static_cast<double>(warm.graph_device_bytes) / (1 << 20), warm.capture_ms);
-  std::printf("  device faults (last step)  %llu\n", static_cast<unsigned long long>(status.total()));
+  std::printf("  device faults (whole run)  %llu in %llu steps", static_cast<unsigned long long>(faults.total()),
+              static_cast<unsigned long long>(faults.faulty_steps));
+  if (faults.total() > 0) {
+    std::printf(" (");
+    for (int k = 0; k < kernels::kFaultKinds; ++k) {
+      std::printf("%s%s %llu", k ? ", " : "", kernels::fault_name(static_cast<kernels::Fault>(k)),
+                  static_cast<unsigned long long>(faults.counts[k]));
+    }
+    std::printf("; first: %s, request %d, position %d, value %d)%s",
+                kernels::fault_name(static_cast<kernels::Fault>(faults.first.kind)), faults.first.request,
+                faults.first.position, faults.first.value, opt.allow_faults ? " (--allow-faults)" : "");
+  }
+  std::printf("\n");
   if (opt.checksum) {
     std::uint64_t sum = 0;
     SPG_CUDA_TRY(cudaMemcpy(&sum, checksum.data(), sizeof sum, cudaMemcpyDeviceToHost));
@@ -484,17 +335,32 @@ int run(const Options& opt) {
     add("graph_mib", static_cast<double>(warm.graph_device_bytes) / (1 << 20));
     add("pool_gib", static_cast<double>(warm.pool_device_bytes) / (1 << 30));
     if (opt.verify > 0) add("verify_failed", verifier.failed());
+    add("device_faults", static_cast<double>(faults.total()));
     const char* commit = std::getenv("SPGRAPH_COMMIT");
     rep.write_json(opt.json, commit != nullptr ? commit : "unknown", today());
   }
-  const bool ok = allocations == 0 && verifier.failed() == 0;
+  if (faults.total() > 0 && !opt.allow_faults) {
+    std::fprintf(stderr, "serve_loop: the device counted %llu faults over the run (--allow-faults to accept them)\n",
+                 static_cast<unsigned long long>(faults.total()));
+  }
+  const bool ok = allocations == 0 && verifier.failed() == 0 && (faults.total() == 0 || opt.allow_faults);
   return ok ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options opt = parse(argc, argv);
+  const spg::samples::ParsedCommandLine cl =
+      spg::samples::parse_serve_loop_options(std::vector<std::string>(argv + (argc > 0 ? 1 : 0), argv + argc));
+  if (cl.help) {
+    std::fputs(spg::samples::serve_loop_help().c_str(), stdout);
+    return 0;
+  }
+  if (!cl.error.empty()) {
+    std::fprintf(stderr, "serve_loop: %s (see --help)\n", cl.error.c_str());
+    return 2;
+  }
+  const Options& opt = cl.options;
   try {
     const spg::memory::PipelineConfig config = make_config(opt);
     config.validate();

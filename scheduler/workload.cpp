@@ -29,9 +29,13 @@ void WorkloadConfig::validate() const {
               "max_prompt_len = " << max_prompt_len << " must be at least min_prompt_len = " << min_prompt_len);
   SPG_EXPECTS(std::isfinite(log_normal_sigma) && log_normal_sigma >= 0.0,
               "log_normal_sigma = " << log_normal_sigma << " must be finite and at least 0 (0: automatic)");
-  SPG_EXPECTS(arrivals != ArrivalPattern::poisson || (std::isfinite(arrival_rate) && arrival_rate > 0.0),
-              "arrival_rate = " << arrival_rate << " must be finite and greater than 0 for Poisson arrivals");
-  SPG_EXPECTS(first_step >= 0, "first_step = " << first_step << " must be at least 0");
+  // Bounded so that every arrival step fits an int64: gaps are at most ~37 / arrival_rate steps
+  // (the exponential of a 53-bit uniform), and at most 2^31 requests follow first_step.
+  SPG_EXPECTS(arrivals != ArrivalPattern::poisson || (arrival_rate >= kMinArrivalRate && arrival_rate <= kMaxArrivalRate),
+              "arrival_rate = " << arrival_rate << " must be in [" << kMinArrivalRate << ", " << kMaxArrivalRate
+                                << "] arrivals per step for Poisson arrivals");
+  SPG_EXPECTS(first_step >= 0 && first_step <= kMaxFirstStep,
+              "first_step = " << first_step << " must be in [0, 2^62]");
 }
 
 std::string WorkloadConfig::describe() const {
@@ -78,6 +82,8 @@ std::vector<Request> make_workload(const WorkloadConfig& config) {
     if (config.arrivals == ArrivalPattern::poisson) {
       // Exponential gaps make the count per step Poisson with mean arrival_rate.
       clock += rng.exponential(config.arrival_rate);
+      // validate()'s bounds keep the clock below 2^63; the conversion is checked all the same.
+      SPG_EXPECTS(clock < 9.0e18, "arrival step " << clock << " of request " << i << " does not fit an int64");
       r.arrival_step = static_cast<std::int64_t>(std::floor(clock));
     } else {
       r.arrival_step = config.first_step;

@@ -16,6 +16,12 @@ namespace spg::scheduler {
 enum class LengthDistribution { uniform, log_normal };
 enum class ArrivalPattern { all_at_once, poisson };
 
+/// Poisson arrival rates (mean arrivals per step) a workload accepts.
+inline constexpr double kMinArrivalRate = 1e-6;
+inline constexpr double kMaxArrivalRate = 1e6;
+/// The last step a workload may start at (2^62), so that its arrival steps fit an int64.
+inline constexpr std::int64_t kMaxFirstStep = std::int64_t{1} << 62;
+
 /// @brief What traffic to make. Plain fields so a command line maps onto it one flag per field.
 struct WorkloadConfig {
   std::uint64_t seed{1};
@@ -27,7 +33,7 @@ struct WorkloadConfig {
   /// to [min, max]. 0 picks (ln max - ln min) / 4, so that +-2 sigma spans the range.
   double log_normal_sigma{0.0};
   ArrivalPattern arrivals{ArrivalPattern::all_at_once};
-  double arrival_rate{1.0};  ///< Poisson only: mean arrivals per step
+  double arrival_rate{1.0};  ///< Poisson only: mean arrivals per step, in [kMinArrivalRate, kMaxArrivalRate]
   std::int64_t first_step{0};  ///< all-at-once requests arrive here; Poisson arrivals start here
 
   /// @throws InvalidArgument naming the first field out of bounds, with its value and bounds.

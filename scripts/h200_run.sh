@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # One device session on the H200: GPU tests, the end-to-end serving test, the PyTorch peer's
 # cross-check, then the benchmarks. Full logs and JSON go to $OUT; a short table is printed last.
-# Usage, from the repository root on the GPU machine: scripts/h200_run.sh BIN_DIR [quick|full] [STEPS]
+# Usage, from the repository root on the GPU machine: scripts/h200_run.sh BIN_DIR [quick|full|sanitize] [STEPS]
 # (BIN_DIR holds spgraph_gpu_tests, serve_loop and bench built for sm_90a, and COMMIT).
+# `sanitize` runs only compute-sanitizer's four tools over the GPU tests of every op and the
+# executor (scripts/compute_sanitizer.sh, ~8 minutes) and writes its logs and summary to $OUT.
 # Environment: BENCH_TABLES (default ABCD) picks bench's tables; SKIP_PEER=1 skips the PyTorch peer.
 set -uo pipefail
-bin=${1:?usage: scripts/h200_run.sh BIN_DIR [quick|full]}
+bin=${1:?usage: scripts/h200_run.sh BIN_DIR [quick|full|sanitize]}
 mode=${2:-quick}
+if [ "$mode" = sanitize ]; then
+  exec "$(dirname "$0")/compute_sanitizer.sh" "$bin"
+fi
 steps=${3:-1000}
 final=${OUT:-/tmp/spgraph-results}
 out=/tmp/spgraph-run
@@ -19,7 +24,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv | tee "$out/gpu.txt"
 
 echo "== GPU tests"
-timeout 360 "$bin/spgraph_gpu_tests" --reporter compact --durations yes >"$out/gpu_tests.log" 2>&1
+timeout 420 "$bin/spgraph_gpu_tests" --reporter compact --durations yes >"$out/gpu_tests.log" 2>&1
 echo "spgraph_gpu_tests exit $?"
 grep -E "FAILED|failed|passed|Completed" "$out/gpu_tests.log" | tail -25
 

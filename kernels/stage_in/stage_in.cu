@@ -13,19 +13,38 @@ constexpr int kThreads = 256;
 constexpr int kMaxCtas = 16;  // 4096 threads: a 64 KiB block in one round trip over the bus
 
 __global__ void __launch_bounds__(kThreads) stage_in_kernel(const uint4* __restrict__ staging, uint4* __restrict__ meta,
-                                                             int vectors, StepStatus* status) {
+                                                             int vectors, StatusBlock* status) {
   const int tid = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (tid * 4 < static_cast<int>(sizeof(StepStatus))) reinterpret_cast<std::uint32_t*>(status)[tid] = 0;
+  if (tid == 0) {
+    // The previous step (stream or graph order: it has completed) left its counts here: fold them
+    // into the run's totals, then start this step at zero. One thread, ~20 words.
+    StepStatus& step = status->step;
+    RunFaults& run = status->run;
+    std::uint32_t any = 0;
+    for (int k = 0; k < kFaultKinds; ++k) {
+      run.counts[k] += step.counts[k];
+      any |= step.counts[k];
+      step.counts[k] = 0;
+    }
+    if (any != 0) ++run.faulty_steps;
+    if (run.recorded == 0 && step.recorded != 0) {
+      run.first = step.first;
+      run.recorded = 1;
+    }
+    step.recorded = 0;
+    step.first = FaultRecord{0, 0, 0, 0};
+  }
   for (int i = tid; i < vectors; i += static_cast<int>(gridDim.x * blockDim.x)) meta[i] = staging[i];
 }
 
 }  // namespace
 
-void StageIn::can_implement(const void* staging, const void* meta, std::size_t bytes, const StepStatus* status) {
+void StageIn::can_implement(const void* staging, const void* meta, std::size_t bytes, const StatusBlock* status) {
   SPG_EXPECTS(staging != nullptr && meta != nullptr && status != nullptr,
               "StageIn: staging, meta and status must not be null");
-  SPG_EXPECTS(reinterpret_cast<std::uintptr_t>(staging) % 16 == 0 && reinterpret_cast<std::uintptr_t>(meta) % 16 == 0,
-              "StageIn: staging and meta must be 16-byte aligned");
+  SPG_EXPECTS(reinterpret_cast<std::uintptr_t>(staging) % 16 == 0 && reinterpret_cast<std::uintptr_t>(meta) % 16 == 0 &&
+                  reinterpret_cast<std::uintptr_t>(status) % alignof(StatusBlock) == 0,
+              "StageIn: staging and meta must be 16-byte aligned, status " << alignof(StatusBlock) << "-byte aligned");
   SPG_EXPECTS(bytes > 0 && bytes % 16 == 0 && bytes / 16 <= static_cast<std::size_t>(INT32_MAX),
               "StageIn: bytes = " << bytes << " must be a positive multiple of 16 below 2^35");
   cudaPointerAttributes attr{};
@@ -35,7 +54,7 @@ void StageIn::can_implement(const void* staging, const void* meta, std::size_t b
                   << static_cast<int>(attr.type) << ")");
 }
 
-cudaError_t StageIn::run(const void* staging, void* meta, std::size_t bytes, StepStatus* status,
+cudaError_t StageIn::run(const void* staging, void* meta, std::size_t bytes, StatusBlock* status,
                          cudaStream_t stream) noexcept {
   const int vectors = static_cast<int>(bytes / 16);
   const int ctas = vectors / kThreads + 1 < kMaxCtas ? vectors / kThreads + 1 : kMaxCtas;

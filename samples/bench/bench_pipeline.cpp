@@ -265,8 +265,10 @@ void run_pipeline_benchmarks(Reporter& rep, bool quick) {
     }
     std::printf("\n");
     add("kernels-sum", "gpu_us", sum);
-    const kernels::StepStatus st = ex.read_status();
-    SPG_EXPECTS_AS(StateError, st.total() == 0, "bench: workload " << w.name << " raised " << st.total() << " device faults");
+    const kernels::RunFaults faults = ex.read_run_faults();  // every step of the workload, not just the last
+    SPG_EXPECTS_AS(StateError, faults.total() == 0,
+                   "bench: workload " << w.name << " raised " << faults.total() << " device faults in "
+                                      << faults.faulty_steps << " steps");
     auto value = [&](const char* variant, const char* metric) { return rep.value("pipeline", w.name, variant, metric); };
     std::printf("  pipeline %-7s GPU us: graph %.1f, eager %.1f, sum %.1f; wall us: %.1f / %.1f;"
                 " host us: %.2f / %.2f (graph: staging %.2f, launch %.2f, event %.2f)\n", w.name,

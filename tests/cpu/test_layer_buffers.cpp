@@ -180,6 +180,20 @@ TEST_CASE("every bound-buffer refusal names the layer, the buffer, the value and
     expect(b, "buffers[0].k_rows is bound but layer 0 (C4A top_k 512 h64) does not use it (the executor records no insert stage)",
            {{0, 1}}, false);
   }
+  SECTION("a span that would wrap") {
+    // Found by tests/fuzz/fuzz_executor_plan: a block stride (or extents times strides) large
+    // enough that the 64-bit size wrapped to a small one passed, and escaped the overlap checks.
+    auto b = full_binding(c, as);
+    b[1].swa_cache.layout.block_stride = std::int64_t{576} << 41;
+    expect(b, "buffers[1].swa_cache spans more than 2^48 B from");
+    expect(b, "a bound buffer must span at most 2^48 bytes and not wrap the address space");
+    b = full_binding(c, as);
+    b[0].out = graphs::contiguous_view<__nv_bfloat16, 3>(b[0].out.data_handle(), {std::size_t{1} << 40, 64, 512});
+    expect(b, "buffers[0].out spans more than 2^48 B");
+    b = full_binding(c, as);
+    b[0].lse = graphs::contiguous_view<float, 2>(reinterpret_cast<float*>(UINTPTR_MAX - 4095), {64, 64});
+    expect(b, "buffers[0].lse spans 16384 B from");
+  }
   SECTION("hazardous overlap") {
     auto b = full_binding(c, as);
     // out over q of the same layer: the attention writes what it reads.

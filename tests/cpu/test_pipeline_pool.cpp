@@ -110,3 +110,31 @@ TEST_CASE("config validation names the field, its value and its bounds", "[pool]
   CHECK(validation_error(bad).find("cache.block_tokens = 200") != std::string::npos);
   CHECK_THROWS_AS(plan_pipeline_pool(bad), spg::InvalidArgument);
 }
+
+TEST_CASE("the chunk metadata copied every step has an upper bound", "[pool]") {
+  // Issue 17: max_requests 64 x max_model_len 2^20 with 1-token SWA blocks made a 256 MiB block
+  // that the stage-in would copy on every step.
+  PipelineConfig c = PipelineConfig::v4_default();
+  c.max_requests = 64;
+  c.max_model_len = 1 << 20;
+  c.cache.swa_block_size = 1;
+  const std::string msg = validation_error(c);
+  CHECK(msg.find("the chunk metadata's block tables, max_requests x (max_model_len / cache.swa_block_size + 2 x "
+                 "max_model_len / cache.block_tokens) = 64 x (1048576 + 2 x 4096) = 67633152 entries") !=
+        std::string::npos);
+  CHECK(msg.find("must be at most 4194304 (16 MiB)") != std::string::npos);
+  CHECK_THROWS_AS(plan_pipeline_pool(c), spg::InvalidArgument);
+  // The largest accepted block stays near the bound: the tables are all that can grow.
+  c.max_requests = 4;
+  c.cache.swa_block_size = 1;  // 4 x (2^20 + 8192) = 4227072 entries: still too many
+  CHECK(validation_error(c) != "no error");
+  c.cache.swa_block_size = 2;  // 4 x (2^19 + 8192) = 2129920 entries
+  CHECK(validation_error(c) == "no error");
+  c.max_requests = 7;  // 3727360 entries
+  c.max_tokens = 65536;
+  REQUIRE(validation_error(c) == "no error");
+  CHECK(c.chunk_table_entries() <= kMaxChunkTableEntries);
+  CHECK(ChunkMetaLayout::make(c).bytes() <= (std::size_t{16} << 20) + (std::size_t{1} << 20));
+  c.max_requests = 8;  // 4259840 entries
+  CHECK(validation_error(c).find("= 4259840 entries") != std::string::npos);
+}

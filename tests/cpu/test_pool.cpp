@@ -1,5 +1,6 @@
 // PoolPlan's counting pass and BufferPool's checked views, on host-memory backing (no GPU).
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "common/catch.hpp"
@@ -124,4 +125,37 @@ TEST_CASE("buffer pools move without double frees", "[pool]") {
   third = std::move(second);
   CHECK(third.device_base() == base);
   CHECK(third.span<std::uint8_t>("a").size() == 128);
+}
+
+TEST_CASE("sizes that would wrap are refused, never placed at a small offset", "[pool]") {
+  constexpr std::size_t kHuge = std::numeric_limits<std::size_t>::max();
+  PoolPlan plan;
+  plan.add(SlotSpec{"a", 1000});
+  // Issue 17: add() computed offset + bytes in size_t and wrapped to a small end.
+  CHECK(contains(message_of<spg::CapacityError>([&] { plan.add(SlotSpec{"wraps", kHuge - 100}); }),
+                 "slot 'wraps': bytes = "));
+  CHECK(contains(message_of<spg::CapacityError>([&] { plan.add(SlotSpec{"half", kHuge / 2}); }), "does not fit a pool"));
+  CHECK(plan.slots().size() == 1);
+  CHECK(plan.device_bytes() == 4096);
+  // Slots that fit one at a time but not together.
+  plan.add(SlotSpec{"big", kHuge / 4});
+  CHECK_THROWS_AS(plan.add(SlotSpec{"bigger", kHuge / 4 + 4096}), spg::CapacityError);
+  CHECK(plan.device_bytes() >= kHuge / 4);
+
+  PoolPlan small;
+  small.add(SlotSpec{"a", 1000});
+  CHECK_THROWS_AS(BufferPool(small, kHuge - 10, PoolBacking::host_memory), spg::CapacityError);
+  BufferPool pool(small, 8192, PoolBacking::host_memory);
+  // carve(): the capacity check wrapped (offset + bytes) and accepted the slot.
+  CHECK(contains(message_of<spg::CapacityError>([&] { pool.carve(SlotSpec{"ws", kHuge - 2000}); }),
+                 "slot 'ws' needs"));
+  CHECK(pool.plan().find("ws") == nullptr);
+  CHECK(pool.headroom_left() == 8192);
+  // view(): the product of the extents wrapped to a small count and passed the slot's check.
+  const std::string msg = message_of<spg::CapacityError>(
+      [&] { (void)pool.view<std::uint8_t, 2>("a", {std::size_t{1} << 33, std::size_t{1} << 31}); });
+  CHECK(contains(msg, "slot 'a': the 2 extents requested hold more than 2^64 elements"));
+  CHECK(contains(message_of<spg::CapacityError>([&] { (void)pool.span<float>("a", kHuge / 2); }),
+                 "more than 2^64 B"));
+  CHECK(pool.view<std::uint8_t, 2>("a", {10, 100}).size() == 1000);
 }

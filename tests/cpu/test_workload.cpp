@@ -1,6 +1,7 @@
 // Workload: seeded synthetic traffic is reproducible, within its bounds, and shaped as configured.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,24 @@ TEST_CASE("workload config: validation, names and description", "[workload]") {
   c.arrival_rate = 0.0;
   CHECK(has(error_of(c), "arrival_rate = 0"));
   CHECK_THROWS_AS(make_workload(c), spg::InvalidArgument);
+  // Issue 17: a rate of 1e-300 made gaps of ~1e300 steps and an out-of-range double-to-int64
+  // conversion; the rate is bounded so that every arrival step fits.
+  for (const double rate : {1e-300, 5e-7, 1.5e6, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    c.arrival_rate = rate;
+    INFO("rate " << rate);
+    CHECK(has(error_of(c), "must be in [1e-06, 1e+06] arrivals per step for Poisson arrivals"));
+  }
+  c.arrival_rate = 1e-6;
+  c.num_requests = 200;
+  c.first_step = std::int64_t{1} << 62;
+  const auto slow = make_workload(c);
+  REQUIRE(slow.size() == 200);
+  CHECK(slow.front().arrival_step >= c.first_step);
+  CHECK(slow.back().arrival_step > slow.front().arrival_step);
+  c.first_step = (std::int64_t{1} << 62) + 1;
+  CHECK(has(error_of(c), "first_step = 4611686018427387905 must be in [0, 2^62]"));
+  c.first_step = 0;
+  c.num_requests = 1;
   c.arrival_rate = 2.0;
   c.log_normal_sigma = -1.0;
   CHECK(has(error_of(c), "log_normal_sigma = -1"));

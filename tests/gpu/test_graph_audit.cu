@@ -251,7 +251,7 @@ void add_chunk(const kernels::ChunkArrays& c, std::int64_t requests, bool needs_
 }
 
 /// The ranges of every pointer argument of kernel `id`, from its parameter layout: the stage-in
-/// takes (staging, meta, vectors, status) (stage_in.cu); the insert, gather and combine kernels
+/// takes (staging, meta, vectors, status block) (stage_in.cu); the insert, gather and combine kernels
 /// one parameter struct; the wgmma kernel SparseMlaParams then out's CUtensorMap (checked apart,
 /// check_out_map); the mma.sync kernel SparseMlaParams; the merge kernel SparseMlaMergeParams.
 DecodedNode decode(const KernelId& id, void* const* kp, const dim3& grid) {
@@ -262,7 +262,7 @@ DecodedNode decode(const KernelId& id, void* const* kp, const dim3& grid) {
       const auto* staging = arg<const uint4*>(kp, 0);
       const auto* meta = arg<uint4*>(kp, 1);
       const int vectors = arg<int>(kp, 2);
-      const auto* status = arg<kernels::StepStatus*>(kp, 3);
+      const auto* status = arg<kernels::StatusBlock*>(kp, 3);  // the step's counters and the run's totals
       r.push_back(arg_range("staging", staging, vectors, true, Home::staging));
       r.push_back(arg_range("meta", meta, vectors));
       r.push_back(arg_range("status", status, 1));
@@ -828,7 +828,7 @@ TEST_CASE("graph audit: an argument outside the pool, the metadata block or a bo
     };
     // As the library's objects name them (the stage-in's anonymous namespace carries a per-file hash).
     const Case cases[] = {
-        {"_ZN3spg7kernels44_GLOBAL__N__967e4542_11_stage_in_cu_aaa7585015stage_in_kernelEPK5uint4PS2_iPNS0_10StepStatusE",
+        {"_ZN3spg7kernels44_GLOBAL__N__967e4542_11_stage_in_cu_aaa7585015stage_in_kernelEPK5uint4PS2_iPNS0_11StatusBlockE",
          Kernel::stage_in, 0},
         {"_ZN3spg7kernels6detail16kv_insert_kernelENS1_12InsertParamsE", Kernel::kv_insert, 0},
         {"_ZN3spg7kernels6detail16kv_gather_kernelENS1_12GatherParamsE", Kernel::kv_gather, 0},
