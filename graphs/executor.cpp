@@ -173,9 +173,7 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
 }
 
 void Executor::check_options(const memory::PipelineConfig& config, const ExecutorOptions& options) {
-  const memory::PipelineConfig c = validated(config);
-  (void)make_buckets(c, options);
-  check_binding_shapes(c, options.buffers, make_programs(c, options), options.insert);
+  (void)plan_executor(config, options);  // the constructor's host-only checks, in its order
 }
 
 Executor::~Executor() {
