@@ -301,7 +301,7 @@ nb::dict check_chunk(nb::handle config, nb::handle chunk, nb::handle layers, boo
     }
   }
   ChunkReader reader(c);
-  const graphs::ChunkEncoder encoder(c, insert);
+  graphs::ChunkEncoder encoder(c, insert);  // check() uses scratch the encoder owns
   const graphs::ChunkCheck k = encoder.check(reader.read(chunk), mask);
   nb::dict d;
   d["status"] = status_key(k.status);

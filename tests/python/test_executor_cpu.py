@@ -304,15 +304,15 @@ def test_chunk_forms_read_alike():
     c = two_layers()
     # 2 requests: 60 new tokens at positions 1000..1059, and a 4-token prompt.
     ql, sl = [60, 4], [1060, 4]
-    swa = [list(range(100, 117)), [7]]
-    comp = {4: [list(range(5)), [0]]}
+    swa = [list(range(80, 97)), [7]]  # block ids inside the cache (103 blocks)
+    comp = {4: [list(range(5)), [6]]}  # no block of request 1 is one of request 0's
     want = chunk_ok(c, spgraph.Chunk(ql, sl, swa, comp))
     # (r = 4: rows 250 .. 264 and row 0; r = 128: row 7, counted though no layer is C128A)
     assert (want["requests"], want["tokens"], want["new_compressed_rows"]) == (2, 64, (16, 1))
     assert want["derive_slots"] is True
     forms = [
         spgraph.Chunk(np.array(ql, np.int64), np.array(sl, np.int32), np.array([swa[0], [7] * 17], np.int32),
-                      {4: np.array([[0, 1, 2, 3, 4], [0] * 5], np.int64)}),
+                      {4: np.array([[0, 1, 2, 3, 4], [6] * 5], np.int64)}),
         spgraph.Chunk(tuple(ql), tuple(sl), [np.array(swa[0], np.int32), np.array([7], np.int64)], comp),
         {"query_start_loc": [0, 60, 64], "seq_lens": sl, "swa_block_table": swa, "compressed_block_tables": comp},
         namedtuple("C", "query_lens seq_lens swa_block_table compressed_block_tables")(ql, sl, swa, comp),
@@ -329,17 +329,20 @@ def test_chunk_forms_read_alike():
     if HAVE_TORCH:
         import torch
         t = spgraph.Chunk(torch.tensor(ql), torch.tensor(sl, dtype=torch.int32),
-                          torch.tensor([swa[0], [7] * 17], dtype=torch.int32), {4: torch.tensor([[0, 1, 2, 3, 4]] * 2)})
+                          torch.tensor([swa[0], [7] * 17], dtype=torch.int32), {4: torch.tensor([[0, 1, 2, 3, 4], [6] * 5])})
         assert chunk_ok(c, t) == want
     # Only the SWA layer: no compressed tables needed.
     assert chunk_ok(c, spgraph.Chunk(ql, sl, swa), layers=[1])["tokens"] == 64
     # Slot lists (one per token, one per completed compressed row) instead of derived slots.
-    got = chunk_ok(c, spgraph.Chunk(ql, sl, swa, comp, swa_slots=list(range(64)), compressed_slots={4: [0] * 16}))
+    # (each slot is the one the request's table gives its position or row, as the host now checks)
+    swa_slots = [swa[0][p // 64] * 64 + p % 64 for p in range(1000, 1060)] + [7 * 64 + p for p in range(4)]
+    comp_slots = [comp[4][0][r // 64] * 64 + r % 64 for r in range(250, 265)] + [6 * 64]
+    got = chunk_ok(c, spgraph.Chunk(ql, sl, swa, comp, swa_slots=swa_slots, compressed_slots={4: comp_slots}))
     assert got["derive_slots"] is False
     # Lists longer than any chunk reads are cut, never copied whole (and still refused where refused).
     chunk_ok(c, spgraph.Chunk(ql, sl, [list(range(10000)), [7] * 10000], comp))
     long_slots = spgraph.check_chunk(c, spgraph.Chunk(ql, sl, swa, comp, swa_slots=[0] * 100000,
-                                                      compressed_slots={4: [0] * 16}))
+                                                      compressed_slots={4: comp_slots}))
     assert (long_slots["status"], long_slots["bad_field"]) == ("bad_chunk", "swa_slots")
 
 
