@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/catch.hpp"
+#include "common/small_configs.hpp"
 #include "graphs/chunk_format.hpp"
 
 using namespace spg;
@@ -19,18 +20,6 @@ using graphs::RequestInput;
 using graphs::RunStatus;
 
 namespace {
-
-memory::PipelineConfig config() {
-  memory::PipelineConfig c;
-  c.max_requests = 4;
-  c.max_tokens = 64;
-  c.max_model_len = 1536;
-  c.layers = {memory::LayerConfig{64, 512, 512, 128, 4, 512, 0.0F, true},
-              memory::LayerConfig{64, 512, 512, 128, 1, 0, 0.0F, false}};
-  c.cache.swa_blocks = 103;
-  c.cache.compressed_blocks = 29;
-  return c;
-}
 
 constexpr int kMask = 1 << 0 | 1 << 1;  // ratios 1 and 4
 
@@ -99,7 +88,7 @@ TEST_CASE("derived per-step values follow docs/pipeline.md", "[chunk]") {
 }
 
 TEST_CASE("the encoder stages a valid chunk: lengths, scalars, only the window's SWA blocks", "[chunk]") {
-  const auto cfg = config();
+  const auto cfg = test::two_layer_config();
   ChunkEncoder enc(cfg, true);
   Chunk c(10, 1000, 5, 70);
   const ChunkCheck ck = enc.check(c.input, kMask);
@@ -133,7 +122,7 @@ TEST_CASE("the encoder stages a valid chunk: lengths, scalars, only the window's
 }
 
 TEST_CASE("the encoder refuses a bad chunk naming the request and the field", "[chunk]") {
-  const auto cfg = config();
+  const auto cfg = test::two_layer_config();
   ChunkEncoder enc(cfg, true);
   auto refused = [&](const ChunkInput& in, int request, const char* field) {
     const ChunkCheck ck = enc.check(in, kMask);
@@ -193,7 +182,7 @@ TEST_CASE("the encoder refuses a bad chunk naming the request and the field", "[
 }
 
 TEST_CASE("an empty chunk stages zero lengths", "[chunk]") {
-  const auto cfg = config();
+  const auto cfg = test::two_layer_config();
   ChunkEncoder enc(cfg, true);
   const ChunkInput empty{};
   const ChunkCheck ck = enc.check(empty, kMask);
@@ -207,7 +196,7 @@ TEST_CASE("an empty chunk stages zero lengths", "[chunk]") {
 TEST_CASE("every block id the encoder stages must lie inside its cache", "[chunk]") {
   // Issue 17: an id outside [0, num_blocks) reached the device, which zero-filled the rows or
   // skipped them and counted a fault that only the last step's status showed.
-  const auto cfg = config();  // 103 SWA blocks, 29 compressed blocks
+  const auto cfg = test::two_layer_config();  // 103 SWA blocks, 29 compressed blocks
   ChunkEncoder enc(cfg, true);
   Chunk c(10, 1000, 5, 70);
   REQUIRE(refusal_of(enc, c.input).status == RunStatus::ok);
@@ -244,7 +233,7 @@ TEST_CASE("every block id the encoder stages must lie inside its cache", "[chunk
 TEST_CASE("a listed slot must be -1 or the slot its request's block table gives", "[chunk]") {
   // Issue 17: a slot list pointing at another row in range (or at one row twice) was accepted and
   // silently overwrote cache rows.
-  const auto cfg = config();
+  const auto cfg = test::two_layer_config();
   ChunkEncoder enc(cfg, true);
   Chunk c(10, 1000, 5, 70);
   std::vector<std::int32_t> swa_slots = listed_swa_slots(c);
@@ -286,7 +275,7 @@ TEST_CASE("a listed slot must be -1 or the slot its request's block table gives"
 }
 
 TEST_CASE("no cache block may hold new rows of two requests", "[chunk]") {
-  const auto cfg = config();
+  const auto cfg = test::two_layer_config();
   ChunkEncoder enc(cfg, true);
   Chunk c(10, 1000, 5, 70);
   // Request 1's new positions 65 .. 69 are in its table's entry 1; request 0's 990 .. 999 in entry 15.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/catch.hpp"
+#include "common/small_configs.hpp"
 #include "graphs/executor.hpp"
 #include "graphs/pipeline_pool.hpp"
 #include "memory/error.hpp"
@@ -15,18 +16,6 @@
 using namespace spg;
 
 namespace {
-
-memory::PipelineConfig small_config() {
-  memory::PipelineConfig c;
-  c.max_requests = 4;
-  c.max_tokens = 64;
-  c.max_model_len = 1536;
-  c.layers = {memory::LayerConfig{64, 512, 512, 128, 4, 512, 0.0F, true},
-              memory::LayerConfig{64, 512, 512, 128, 1, 0, 0.0F, false}};
-  c.cache.swa_blocks = 103;
-  c.cache.compressed_blocks = 29;
-  return c;
-}
 
 /// What the constructor throws for (config, options): the InvalidArgument's message, "accepted",
 /// or a failure when a CUDA call (CudaError) or anything else came first. Also times it.
@@ -77,28 +66,28 @@ void expect_refused(const memory::PipelineConfig& c, const graphs::ExecutorOptio
 
 TEST_CASE("the executor validates the config before sizing anything from it, with no CUDA call", "[executor][plan]") {
   const graphs::ExecutorOptions none;
-  auto c = small_config();
+  auto c = test::two_layer_config();
   c.max_tokens = INT_MAX;
   expect_refused(c, none, "max_tokens = 2147483647 must be in [1, 65536]");
-  c = small_config();
+  c = test::two_layer_config();
   c.max_requests = INT_MAX;
   expect_refused(c, none, "max_requests = 2147483647 must be in [1, 64]");
-  c = small_config();
+  c = test::two_layer_config();
   c.max_tokens = 0;  // was "t_buckets[0] = 0 must be in [1, 0]"
   expect_refused(c, none, "max_tokens = 0 must be in [1, 65536]");
-  c = small_config();
+  c = test::two_layer_config();
   c.max_requests = -3;
   expect_refused(c, none, "max_requests = -3 must be in [1, 64]");
-  c = small_config();
+  c = test::two_layer_config();
   c.max_model_len = INT_MAX;
   expect_refused(c, none, "max_model_len = 2147483647 must be in [1, 1048576]");
-  c = small_config();
+  c = test::two_layer_config();
   c.layers[1].h_q = 0;
   expect_refused(c, none, "layers[1].h_q = 0 must be 64 or 128");
-  c = small_config();
+  c = test::two_layer_config();
   c.cache.swa_blocks = 0;
   expect_refused(c, none, "cache.swa_blocks = 0 must be at least 1");
-  c = small_config();
+  c = test::two_layer_config();
   c.max_requests = 64;
   c.max_model_len = 1 << 20;
   c.cache.swa_block_size = 1;  // a 256 MiB metadata block per step
@@ -106,7 +95,7 @@ TEST_CASE("the executor validates the config before sizing anything from it, wit
 }
 
 TEST_CASE("bucket lists and programs are checked after the config and before any CUDA call", "[executor][plan]") {
-  const auto c = small_config();
+  const auto c = test::two_layer_config();
   graphs::ExecutorOptions o;
   o.t_buckets = {16, 999999};
   expect_refused(c, o, "t_buckets[1] = 999999 must be in [1, 64]");
@@ -135,7 +124,7 @@ TEST_CASE("bucket lists and programs are checked after the config and before any
 }
 
 TEST_CASE("plan_executor sizes an executor without a device", "[executor][plan]") {
-  const auto c = small_config();
+  const auto c = test::two_layer_config();
   graphs::ExecutorOptions o;
   o.programs = {{0, 1}, {1}};
   const graphs::ExecutorPlan plan = graphs::plan_executor(c, o);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/catch.hpp"
+#include "common/small_configs.hpp"
 #include "graphs/executor.hpp"
 #include "graphs/layer_buffers.hpp"
 #include "graphs/pipeline_pool.hpp"
@@ -16,18 +17,6 @@ using namespace spg;
 using graphs::LayerBuffers;
 
 namespace {
-
-memory::PipelineConfig two_layers() {
-  memory::PipelineConfig c;
-  c.max_requests = 4;
-  c.max_tokens = 64;
-  c.max_model_len = 1536;
-  c.layers = {memory::LayerConfig{64, 512, 512, 128, 4, 512, 0.0F, true},
-              memory::LayerConfig{128, 512, 512, 128, 1, 0, 0.0F, false}};
-  c.cache.swa_blocks = 103;
-  c.cache.compressed_blocks = 29;
-  return c;
-}
 
 /// Fake, well-separated, 4096-aligned addresses: never dereferenced.
 struct AddressSpace {
@@ -82,7 +71,7 @@ std::string refusal(const memory::PipelineConfig& c, const std::vector<LayerBuff
 
 TEST_CASE("a complete, well-formed binding passes the host checks", "[bindings]") {
   AddressSpace as;
-  const auto c = two_layers();
+  const auto c = test::two_layer_config(128);
   CHECK(refusal(c, full_binding(c, as)) == "accepted");
   CHECK(refusal(c, {}) == "accepted");  // nothing bound: everything pooled
   // Padded token strides for q and out, and more rows than the config needs, are fine.
@@ -98,7 +87,7 @@ TEST_CASE("a complete, well-formed binding passes the host checks", "[bindings]"
 
 TEST_CASE("every bound-buffer refusal names the layer, the buffer, the value and the bound", "[bindings]") {
   AddressSpace as;
-  const auto c = two_layers();
+  const auto c = test::two_layer_config(128);
   auto expect = [&](const std::vector<LayerBuffers>& b, const std::string& part, std::vector<std::vector<int>> programs = {{0, 1}},
                     bool insert = true) {
     const std::string msg = refusal(c, b, std::move(programs), insert);
@@ -215,7 +204,7 @@ TEST_CASE("every bound-buffer refusal names the layer, the buffer, the value and
 
 TEST_CASE("overlaps that are no hazard are accepted", "[bindings]") {
   AddressSpace as;
-  const auto c = two_layers();
+  const auto c = test::two_layer_config(128);
   auto b = full_binding(c, as);
   // Inputs may alias: one K row buffer for both layers.
   b[1].k_rows = b[0].k_rows;
@@ -229,7 +218,7 @@ TEST_CASE("overlaps that are no hazard are accepted", "[bindings]") {
 
 TEST_CASE("the executor refuses a bad binding before any CUDA call", "[bindings]") {
   AddressSpace as;
-  const auto c = two_layers();
+  const auto c = test::two_layer_config(128);
   graphs::ExecutorOptions o;
   o.buffers = full_binding(c, as);
   o.buffers[1].max_logits = graphs::contiguous_view<float, 2>(o.buffers[1].max_logits.data_handle(), {64, 127});
@@ -248,7 +237,7 @@ TEST_CASE("the executor refuses a bad binding before any CUDA call", "[bindings]
 TEST_CASE("Executor::check_options makes the constructor's host-only checks, in its order, without a device",
           "[bindings][executor]") {
   AddressSpace as;
-  auto c = two_layers();
+  auto c = test::two_layer_config(128);
   graphs::ExecutorOptions o;
   o.buffers = full_binding(c, as);
   CHECK_NOTHROW(graphs::Executor::check_options(c, o));
@@ -276,7 +265,7 @@ TEST_CASE("Executor::check_options makes the constructor's host-only checks, in 
 
 TEST_CASE("the pool plans only what is not bound", "[bindings][pool]") {
   AddressSpace as;
-  const auto c = two_layers();
+  const auto c = test::two_layer_config(128);
   const memory::PoolPlan all = graphs::plan_pipeline_pool(c);
   auto b = std::vector<LayerBuffers>(2);
   b[0].swa_cache = full_binding(c, as)[0].swa_cache;
