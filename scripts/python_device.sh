@@ -29,26 +29,5 @@ timeout 560 scripts/python_tests.sh "$(dirname "$config")" /tmp/spgraph-python-b
 rc=$?
 tail -40 "$out/pytest.log"
 echo "== summary (python_tests exit $rc; full log: $out/pytest.log)"
-python3 - "$out/pytest.xml" <<'PY'
-import sys, xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except Exception as e:  # the build or collection failed before pytest wrote a report
-    print("no JUnit report:", e)
-    sys.exit(0)
-cases = root.iter("testcase")
-counts = {"passed": 0, "failed": 0, "skipped": 0}
-failed = []
-for c in cases:
-    kind = next((k.tag for k in c if k.tag in ("failure", "error", "skipped")), "passed")
-    if kind in ("failure", "error"):
-        counts["failed"] += 1
-        msg = (next(k for k in c if k.tag in ("failure", "error")).get("message") or "").splitlines()
-        failed.append(f"{c.get('classname')}::{c.get('name')}: {msg[0][:200] if msg else ''}")
-    else:
-        counts["skipped" if kind == "skipped" else "passed"] += 1
-for f in failed[:25]:
-    print("FAILED", f)
-print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
-PY
+python3 scripts/junit_summary.py "$out/pytest.xml"
 exit $rc

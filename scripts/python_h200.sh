@@ -79,7 +79,6 @@ echo "$(stamp) python_bench done"
 # 4. One results file and the summary, printed last.
 python3 - "$out" "$work" "$pytest_rc" <<'PY' | tee -a "$summary"
 import glob, json, os, re, sys
-import xml.etree.ElementTree as ET
 out, work, pytest_rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
 records = []
 for path in sorted(glob.glob(os.path.join(work, "*.json"))):
@@ -88,18 +87,13 @@ for path in sorted(glob.glob(os.path.join(work, "*.json"))):
     except Exception as e:
         print(f"{os.path.basename(path)}: unreadable ({e})")
 json.dump(records, open(os.path.join(out, "results.json"), "w"), indent=1)
-counts = {"passed": 0, "failed": 0, "skipped": 0}
-failed = []
+sys.path.insert(0, "scripts")
+from junit_summary import summarize
 try:
-    for c in ET.parse(os.path.join(out, "pytest.xml")).getroot().iter("testcase"):
-        kind = next((k.tag for k in c if k.tag in ("failure", "error", "skipped")), "passed")
-        if kind in ("failure", "error"):
-            counts["failed"] += 1
-            msg = (next(k for k in c if k.tag in ("failure", "error")).get("message") or "").splitlines()
-            failed.append(f"  FAILED {c.get('classname')}::{c.get('name')}: {msg[0][:160] if msg else ''}")
-        else:
-            counts["skipped" if kind == "skipped" else "passed"] += 1
+    counts, failed = summarize(os.path.join(out, "pytest.xml"), 160)
+    failed = [f"  FAILED {f}" for f in failed]
 except Exception as e:
+    counts, failed = {"passed": 0, "failed": 0, "skipped": 0}, []
     print(f"pytest: no JUnit report ({e}); see pytest.log")
 print(f"\n== summary\npytest (exit {pytest_rc}): {counts['passed']} passed, {counts['failed']} failed, "
       f"{counts['skipped']} skipped")
