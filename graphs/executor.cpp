@@ -165,6 +165,31 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
   // start at zero: start from zeros.
   SPG_CUDA_TRY(cudaMemsetAsync(chunk_meta_, 0, meta_bytes, stream()));
   SPG_CUDA_TRY(cudaMemsetAsync(status_, 0, sizeof(kernels::StatusBlock), stream()));
+  // The pool's own input buffers (those the caller fills: q, top-k, k rows, caches, sink) start
+  // defined, so that nothing reads memory nothing wrote (compute-sanitizer initcheck): warm-up runs
+  // every kernel of every bucket before the caller has written anything, and the combine loads a
+  // bucket's top-k rows before it knows the chunk's token count (the rows past it are never used).
+  // Top-k rows start as -1, "no index"; the rest as zeros. Bound buffers are the caller's.
+  for (std::size_t i = 0; i < views_.size(); ++i) {
+    const LayerBuffers given = options_.buffers.empty() ? LayerBuffers{} : options_.buffers[i];
+    const LayerBuffers& v = views_[i];
+    auto fill = [&](const auto& view, const auto& bound_view, int value) {
+      if (bound(bound_view) || view.data_handle() == nullptr) return;
+      SPG_CUDA_TRY(cudaMemsetAsync(view.data_handle(), value,
+                                   view.mapping().required_span_size() * sizeof(*view.data_handle()), stream()));
+    };
+    fill(v.q, given.q, 0);
+    fill(v.topk_indices, given.topk_indices, 0xff);
+    fill(v.k_rows, given.k_rows, 0);
+    fill(v.compressed_k_rows, given.compressed_k_rows, 0);
+    fill(v.attn_sink, given.attn_sink, 0);
+    for (const auto& [cache, bound_cache] : {std::pair{v.swa_cache, given.swa_cache},
+                                             std::pair{v.compressed_cache, given.compressed_cache}}) {
+      if (!bound(bound_cache) && cache.data != nullptr) {
+        SPG_CUDA_TRY(cudaMemsetAsync(cache.data, 0, cache.bytes(), stream()));
+      }
+    }
+  }
   for (int s = 0; s < 2; ++s) {
     staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStaging[s], meta_bytes));
     std::memset(staging_[s], 0, meta_bytes);
