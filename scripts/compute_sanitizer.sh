@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# compute-sanitizer over the GPU tests of every op and of the executor, on the GPU machine: one
-# run each of memcheck, racecheck, synccheck and initcheck over the same small test cases, each
-# under its own time limit so the whole script ends within ~8 minutes, then one summary line per
-# tool. Also `scripts/h200_run.sh BIN_DIR sanitize`.
+# compute-sanitizer over the GPU tests of every op and of the executor, on the GPU machine: memcheck,
+# racecheck, synccheck and initcheck, each over the same test cases, one process per (tool, case)
+# so that a kernel a tool aborts, or a case past its limit, costs that case only. The four tools
+# run at the same time (one GPU, one process each; the tools are CPU-bound), so the script ends
+# within ~6 minutes. Then one summary line per tool, and per tool its reports deduplicated.
 #
 # usage: scripts/compute_sanitizer.sh BIN_DIR     (BIN_DIR holds spgraph_gpu_tests built for sm_90a;
 #                                                  with -lineinfo, reports name source lines)
-# Writes under $OUT (default /tmp/spgraph-sanitize): <tool>.log, synccheck_distinct.txt (the
-# synccheck reports deduplicated by kind, PC and barrier address), summary.txt.
+# Writes under $OUT (default /tmp/spgraph-sanitize): summary.txt (per tool: errors, seconds, cases
+# passed; then the distinct reports), and logs.tgz (every log).
 #
 # The cases (what each op's kernels run under the tools):
-#   sparse_mla: small problem for the sanitizers     every attention kernel (wgmma cp.async, TMA
-#                                                     gather, cluster multicast, mma.sync; single
-#                                                     pass, split top-k and the merge) on one problem
+#   sparse_mla: small problem for the sanitizers     every attention kernel path (wgmma single pass,
+#                                                     split top-k and the merge, mma.sync) on one problem
 #   insert quantizes rows into the cache ...          the insert (listed slots), eager and replayed
 #   insert derives SWA slots from the block table*    the insert with derived slots
 #   gather of both parts in one launch*               the gather, compressed and window parts
@@ -21,8 +21,10 @@
 #                                                     bucket eagerly, then captured), stage-in with
 #                                                     the fault fold, six steps eager and replayed
 #   empty work*                                       the executor on empty chunks
-# Limits (s): memcheck 140, racecheck 150, synccheck 100, initcheck 100; a tool past its limit is
-# reported "timed out" (its log holds what it saw until then).
+#   sanitizer probe: ... (racecheck only, 2 cases)   a bar.arrive / bar.sync hand-off and its
+#                                                     bar.sync control (tests/gpu/test_sanitizer_probes.cu)
+# A report is "distinct" by its kind and the source line (or PC) of its first frame; addresses,
+# thread and block numbers are dropped.
 set -uo pipefail
 if [[ $# -lt 1 || ! -x $1/spgraph_gpu_tests ]]; then
   echo "usage: $0 BIN_DIR (with spgraph_gpu_tests)" >&2
@@ -31,43 +33,72 @@ fi
 BIN=$1
 export PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
 OUT=${OUT:-/tmp/spgraph-sanitize}
+LOGS=$(mktemp -d)
 mkdir -p "$OUT"
 command -v compute-sanitizer >/dev/null 2>&1 || { echo "$0: compute-sanitizer not on PATH" | tee "$OUT/summary.txt"; exit 2; }
-SPEC='sparse_mla: small problem for the sanitizers,insert quantizes rows into the cache exactly as the reference,insert derives SWA slots from the block table*,gather of both parts in one launch*,combine for C4A*,combine for SWA-only layers*,faults are counted over the whole run*,empty work*'
+CASES=('sparse_mla: small problem for the sanitizers'
+       'insert quantizes rows into the cache exactly as the reference'
+       'insert derives SWA slots from the block table*'
+       'gather of both parts in one launch*'
+       'combine for C4A*'
+       'combine for SWA-only layers*'
+       'faults are counted over the whole run*'
+       'empty work*')
+declare -A EXTRA=([memcheck]="--leak-check full" [racecheck]="--racecheck-report all" [synccheck]="" [initcheck]="")
+LIMIT=${SANITIZE_CASE_LIMIT:-300}  # seconds per (tool, case)
 
-declare -A LIMIT=([memcheck]=140 [racecheck]=150 [synccheck]=100 [initcheck]=100)
-declare -A EXTRA=([memcheck]="--leak-check full" [racecheck]="--racecheck-report hazard" [synccheck]="" [initcheck]="")
-: >"$OUT/summary.txt"
-for tool in memcheck racecheck synccheck initcheck; do
-  t0=$SECONDS
-  # --print-limit 0: every report (synccheck's are deduplicated below); --error-exitcode: the tool's verdict.
-  # shellcheck disable=SC2086
-  timeout "${LIMIT[$tool]}" compute-sanitizer --tool "$tool" ${EXTRA[$tool]} --print-limit 0 --error-exitcode 3 \
-    "$BIN/spgraph_gpu_tests" "$SPEC" --reporter compact >"$OUT/$tool.log" 2>&1
-  rc=$?
-  secs=$((SECONDS - t0))
-  errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$OUT/$tool.log" | tail -1 | grep -oE "[0-9]+")
-  tests=$(grep -E "^(Passed|Failed|test cases)" "$OUT/$tool.log" | tail -1)
-  if [[ $rc -eq 124 || $rc -eq 137 ]]; then
-    verdict="timed out after ${LIMIT[$tool]} s"
-  elif [[ -z $errors ]]; then
-    verdict="no ERROR SUMMARY (exit $rc)"
-  else
-    verdict="$errors errors (exit $rc)"
-  fi
-  echo "$tool: $verdict, ${secs} s; tests: ${tests:-?}" | tee -a "$OUT/summary.txt"
-done
+# One tool over every case; writes $LOGS/<tool>.<i>.log and $LOGS/<tool>.result.
+sweep() {
+  local tool=$1 i=0 passed=0 failed=0 errors=0 t0=$SECONDS
+  local cases=("${CASES[@]}")
+  [[ $tool == racecheck ]] && cases+=('sanitizer probe: a bar.arrive*' 'sanitizer probe: the same hand-off*')
+  for c in "${cases[@]}"; do
+    i=$((i + 1))
+    local log=$LOGS/$tool.$i.log
+    # shellcheck disable=SC2086
+    local limit=200  # reports printed (the tool still counts them all); every one for the probes
+    [[ $c == sanitizer* ]] && limit=0
+    timeout "$LIMIT" compute-sanitizer --tool "$tool" ${EXTRA[$tool]} --print-limit "$limit" --error-exitcode 3 \
+      "$BIN/spgraph_gpu_tests" "$c" --reporter compact >"$log" 2>&1
+    local rc=$? n
+    n=$(grep -oE "(ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard)" "$log" | tail -1 | grep -oE "[0-9]+" | head -1)
+    errors=$((errors + ${n:-0}))
+    if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+      echo "  $tool [$c]: timed out after $LIMIT s" >>"$LOGS/$tool.cases"
+      failed=$((failed + 1))
+    elif grep -qE "^(All tests passed|Passed [0-9]+ test case)" "$log"; then
+      echo "  $tool [$c]: ${n:-0} reports, passed" >>"$LOGS/$tool.cases"
+      passed=$((passed + 1))
+    else
+      echo "  $tool [$c]: ${n:-0} reports, FAILED (exit $rc): $(grep -m1 -E 'failed|FAILED|Error' "$log" | cut -c1-160)" >>"$LOGS/$tool.cases"
+      failed=$((failed + 1))
+    fi
+  done
+  echo "$tool: $errors reports, $((SECONDS - t0)) s; cases: $passed passed, $failed failed" >"$LOGS/$tool.result"
+}
 
-# synccheck's reports, one line per distinct (kind, PC, barrier): whether the ~15,000 "missing
-# wait" reports of the sanitizer problem are one barrier at one PC or many.
-if [[ -f $OUT/synccheck.log ]]; then
-  # A report starts with an unindented "========= <what>" line; its "at 0x<pc>" line and any
-  # line naming a barrier address follow, indented.
-  awk 'function flush() { if (kind != "") print kind " | pc " (pc == "" ? "?" : pc) " | barrier " (bar == "" ? "?" : bar) }
-       /^========= [^ ]/ && !/ERROR SUMMARY|COMPUTE-SANITIZER/ {flush(); kind=$0; sub(/^========= /, "", kind); pc=""; bar=""; next}
-       /^=========  / && / at 0x[0-9a-f]+/ && pc == "" {pc=$0; sub(/.* at /, "", pc); sub(/ .*/, "", pc)}
-       /^=========  / && /[Bb]arrier/ && /0x[0-9a-f]+/ && bar == "" {bar=$0; sub(/.*0x/, "0x", bar); sub(/[^0-9a-fx].*/, "", bar)}
-       END {flush()}' "$OUT/synccheck.log" | sort | uniq -c | sort -rn >"$OUT/synccheck_distinct.txt"
-  echo "synccheck: $(wc -l <"$OUT/synccheck_distinct.txt") distinct (kind, pc, barrier) among its reports; the most frequent:" | tee -a "$OUT/summary.txt"
-  head -5 "$OUT/synccheck_distinct.txt" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
-fi
+# Distinct reports of one tool: kind | first frame (file:line when built with -lineinfo, else PC),
+# and for racecheck the other access's frame too.
+distinct() {
+  cat "$LOGS/$1".[0-9]*.log 2>/dev/null | awk '
+    function frame(line) { sub(/^=========  +/, "", line); sub(/\(.*\)\+/, "+", line); sub(/Thread \([0-9,]+\) /, "", line); return line }
+    function flush() { if (kind != "") print kind " | " f1 (f2 == "" ? "" : " | " f2); kind = "" }
+    /^========= [A-Z]/ && !/SUMMARY|COMPUTE-SANITIZER|Program hit|Target application/ {flush(); kind=$0; sub(/^========= /, "", kind); sub(/ (at|in block) .*/, "", kind); f1=""; f2=""; next}
+    kind != "" && f1 == "" && /^=========  +/ && / at / {f1 = frame($0); next}
+    kind != "" && f1 != "" && f2 == "" && /^=========  +(Read|Write) Thread/ {f2 = frame($0); next}
+    END {flush()}' |
+    sed -E 's/0x[0-9a-f]{5,}/ADDR/g' | sort | uniq -c | sort -rn | head -8
+}
+
+for tool in memcheck racecheck synccheck initcheck; do sweep "$tool" & done
+wait
+{
+  for tool in memcheck racecheck synccheck initcheck; do cat "$LOGS/$tool.result"; done
+  for tool in memcheck racecheck synccheck initcheck; do
+    echo "== $tool"
+    cat "$LOGS/$tool.cases"
+    distinct "$tool" | sed 's/^/  /'
+  done
+} | tee "$OUT/summary.txt"
+tar czf "$OUT/logs.tgz" -C "$LOGS" .
+rm -rf "$LOGS"
