@@ -29,12 +29,15 @@ constexpr int kRounds = 64;
 constexpr int kBarData = 1;  // named barrier ids, as in the kernel: 0 is __syncthreads
 constexpr int kBarFree = 2;
 
-/// Threads 128..255 write round r's values; threads 0..127 read them. `arrive` picks bar.arrive for
+/// A CTA of 384 threads, as the attention kernel's: threads 128..255 write round r's values,
+/// threads 0..127 read them, and the third warpgroup (the kernel's producer) takes no part in the
+/// named barriers, so their count (256) is not the whole CTA. `arrive` picks bar.arrive for
 /// the writers' side of the data barrier (the attention kernel's form) or bar.sync (the control).
 /// The free barrier orders the next round's stores after this round's loads the same way.
-__global__ void __launch_bounds__(256) handoff_kernel(bool arrive, int seed, int* mismatches) {
+__global__ void __launch_bounds__(384) handoff_kernel(bool arrive, int seed, int* mismatches) {
   __shared__ int values[128];
   const int tid = static_cast<int>(threadIdx.x);
+  if (tid >= 256) return;
   int bad = 0;
   for (int r = 0; r < kRounds; ++r) {
     if (tid >= 128) {
@@ -64,7 +67,7 @@ int run_handoff(bool arrive, int seed) {
   spg::memory::DeviceBuffer buffer(sizeof(int));
   auto* mismatches = static_cast<int*>(buffer.data());
   SPG_CUDA_TRY(cudaMemset(mismatches, 0, sizeof(int)));
-  handoff_kernel<<<1, 256>>>(arrive, seed, mismatches);
+  handoff_kernel<<<1, 384>>>(arrive, seed, mismatches);
   SPG_CUDA_TRY(cudaGetLastError());
   int host = -1;
   SPG_CUDA_TRY(cudaMemcpy(&host, mismatches, sizeof(int), cudaMemcpyDeviceToHost));
