@@ -149,6 +149,8 @@ def run(o: argparse.Namespace, torch: Any, world: int, rank: int, distributed: b
     full = prefill_loop.make_config(o)
     full.validate()
     counter = None if o.no_alloc_count else spgraph.allocation_counter()
+    if counter is not None and not counter.attached:
+        counter.attach()  # a process that detached it earlier (a test session) would count nothing
     local = [rank] if distributed else list(range(world))
     ranks = [Rank(torch, full, world, r, o.seed, o.check, gather=distributed or r == local[0]) for r in local]
     reference = Rank(torch, full, 1, 0, o.seed, False) if o.check and rank == 0 else None

@@ -46,7 +46,19 @@ def sample():
 def run_simulated(steps, *extra):
     s = sample()
     o = s.parse(["--simulate", "2", "--check", "--steps", str(steps), *SMALL, *extra])
-    return s.run(o, torch, 2, 0, False)
+    counter = spgraph.allocation_counter()
+    try:
+        rep = s.run(o, torch, 2, 0, False)  # attaches the counter if an earlier test detached it
+        assert counter.attached
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        counter.reset()
+        probe = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")  # larger than anything cached: a cudaMalloc
+        assert counter.count() > 0
+        del probe
+    finally:
+        counter.detach()  # graph launches back on their fast path for the rest of the session
+    return rep
 
 
 def test_plans_match_where_the_grids_agree():
