@@ -25,7 +25,7 @@ python3 -c "import sys, torch, nanobind; print('python', sys.version.split()[0],
   2>&1 | tee "$out/versions.txt"
 
 timeout 560 scripts/python_tests.sh "$(dirname "$config")" /tmp/spgraph-python-build -- \
-  --junitxml="$out/pytest.xml" --durations=15 >"$out/pytest.log" 2>&1
+  --junitxml="$out/pytest.xml" --durations=15 "$@" >"$out/pytest.log" 2>&1
 rc=$?
 tail -40 "$out/pytest.log"
 echo "== summary (python_tests exit $rc; full log: $out/pytest.log)"

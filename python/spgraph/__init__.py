@@ -49,6 +49,7 @@ from .ops import (  # noqa: F401
     fault_counts,
     quantize_and_insert_k_cache,
     sparse_mla_fwd,
+    sparse_mla_plan,
     sparse_mla_workspace_bytes,
     stream_handle,
 )
@@ -159,6 +160,7 @@ __all__ = [
     "fault_counts",
     "quantize_and_insert_k_cache",
     "sparse_mla_fwd",
+    "sparse_mla_plan",
     "sparse_mla_workspace_bytes",
     "stream_handle",
 ]

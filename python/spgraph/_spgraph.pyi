@@ -47,6 +47,9 @@ def sparse_mla_fwd(
 def sparse_mla_workspace_bytes(s_q: int, h_q: int, d_qk: int, topk: int, device: int) -> int:
     """Bytes of scratch the split top-k path needs for this shape on `device` (0: none)."""
 
+def sparse_mla_plan(s_q: int, h_q: int, d_qk: int, topk: int, device: int) -> Dict[str, Any]:
+    """The launch plan sparse_mla_fwd (and the executor's attention) takes for this shape on `device`."""
+
 def combine_topk_swa_indices(
     topk_indices: Array,
     query_start_loc: Array,

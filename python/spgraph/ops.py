@@ -13,12 +13,13 @@ checks read only the arrays' descriptors, so they behave the same on any device.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from . import _spgraph as _C
 
 __all__ = [
     "sparse_mla_fwd",
+    "sparse_mla_plan",
     "sparse_mla_workspace_bytes",
     "combine_topk_swa_indices",
     "quantize_and_insert_k_cache",
@@ -129,6 +130,22 @@ def sparse_mla_workspace_bytes(s_q: int, h_q: int, d_qk: int, topk: int, device:
     0 where the single pass is chosen. Queries the device (its SM count) once; needs a CUDA device.
     """
     return int(_C.sparse_mla_workspace_bytes(int(s_q), int(h_q), int(d_qk), int(topk), int(device)))
+
+
+def sparse_mla_plan(s_q: int, h_q: int, d_qk: int, topk: int, device: int = 0) -> Dict[str, Any]:
+    """The launch plan :func:`sparse_mla_fwd` takes for this shape on CUDA device ``device``, the
+    executor's attention included (its s_q is the step's T bucket, its topk the layer's combined
+    width).
+
+    Returns ``{'kernel': 'wgmma' | 'wgmma-split' | ..., 'split', 'num_splits', 'blocks_per_split'}``.
+    Each (token, 64 heads) tile's result depends on the plan alone, so two calls with equal plans
+    give the same bits for the same heads, whatever h_q (64 or 128) each runs. Queries the device
+    (its SM count); needs a CUDA device.
+
+    Raises:
+        ValueError: s_q < 1, h_q not 64 or 128, d_qk not 512 or 576, topk not a positive multiple of 64.
+    """
+    return dict(_C.sparse_mla_plan(int(s_q), int(h_q), int(d_qk), int(topk), int(device)))
 
 
 def combine_topk_swa_indices(

@@ -268,6 +268,33 @@ std::size_t sparse_mla_workspace_bytes(std::int64_t s_q, std::int64_t h_q, std::
   return kernels::SparseMla::workspace_bytes(a);
 }
 
+nb::dict sparse_mla_plan(std::int64_t s_q, std::int64_t h_q, std::int64_t d_qk, std::int64_t topk, int device) {
+  kernels::SparseMlaArgs a{};
+  a.s_q = checked_int("s_q", s_q, 1, kInt32Max);
+  a.h_q = checked_int("h_q", h_q, 0, kInt32Max);
+  a.d_qk = checked_int("d_qk", d_qk, 0, kInt32Max);
+  a.topk = checked_int("topk", topk, 0, kInt32Max);
+  if (a.h_q != 64 && a.h_q != 128) {
+    throw nb::value_error(("h_q = " + std::to_string(a.h_q) + " must be 64 or 128").c_str());
+  }
+  if (a.d_qk != 512 && a.d_qk != 576) {
+    throw nb::value_error(("d_qk = " + std::to_string(a.d_qk) + " must be 512 or 576").c_str());
+  }
+  if (a.topk < 64 || a.topk % 64 != 0) {
+    throw nb::value_error(("topk = " + std::to_string(a.topk) + " must be a positive multiple of 64").c_str());
+  }
+  a.s_kv = 1;
+  a.kv_row_stride = a.d_qk;
+  const DeviceScope scope(device);
+  const kernels::SparseMlaPlan plan = kernels::SparseMla::plan(a);
+  nb::dict d;
+  d["kernel"] = kernels::sparse_mla_kernel_name(plan.kernel);
+  d["split"] = plan.split;
+  d["num_splits"] = plan.num_splits;
+  d["blocks_per_split"] = plan.blocks_per_split;
+  return d;
+}
+
 void combine_topk_swa_indices(nb::ndarray<> topk_indices_in, nb::ndarray<> query_start_loc_in,
                               nb::ndarray<> seq_lens_in, nb::ndarray<> gather_lens_in, std::int64_t window_size,
                               std::int64_t compress_ratio, std::int64_t topk, nb::handle m, nb::handle n,
@@ -439,6 +466,9 @@ void bind_ops(nb::module_& m) {
         "Sparse MLA attention into caller-given out/max_logits/lse on `stream` (see spgraph.sparse_mla_fwd).");
   m.def("sparse_mla_workspace_bytes", &sparse_mla_workspace_bytes, "s_q"_a, "h_q"_a, "d_qk"_a, "topk"_a,
         "device"_a, "Bytes of scratch the split top-k path needs for this shape on `device` (0: none).");
+  m.def("sparse_mla_plan", &sparse_mla_plan, "s_q"_a, "h_q"_a, "d_qk"_a, "topk"_a, "device"_a,
+        "The launch plan sparse_mla_fwd (and the executor's attention) takes for this shape on `device`: "
+        "{'kernel', 'split', 'num_splits', 'blocks_per_split'}.");
   m.def("combine_topk_swa_indices", &combine_topk_swa_indices, "topk_indices"_a, "query_start_loc"_a,
         "seq_lens"_a, "gather_lens"_a, "window_size"_a, "compress_ratio"_a, "topk"_a, "M"_a, "N"_a,
         "combined_indices"_a, "combined_lens"_a, "status"_a.none(), "stream"_a,

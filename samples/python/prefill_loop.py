@@ -29,18 +29,11 @@ import spgraph
 from spgraph import synthetic
 
 
-def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="prefill_loop.py",
-        description="Prefills a synthetic stream of prompts through the V4 layer program (4 C4A, 2 C128A, 2 SWA "
-                    "layers) from Python: torch-owned caches and tensors bound into spgraph.torch.Executor, one "
-                    "CUDA graph launch per chunk; reports throughput and step times as serve_loop does.")
+def add_trace_arguments(p: argparse.ArgumentParser, steps: int = 1000) -> None:
+    """serve_loop's flags that shape the trace, with its defaults (the --steps default is the
+    caller's); check them with :func:`check_trace_arguments`."""
     a = p.add_argument
-    a("--steps", type=int, default=1000, help="scheduler steps to run, 1..10000000 (default 1000)")
-    a("--mode", choices=("graph", "eager"), default="graph",
-      help="replay captured graphs (default) or launch the same kernels eagerly")
-    a("--json", metavar="FILE", help="also write the report as JSON records (docs/results format)")
-    a("--plan", action="store_true", help="print the layer program, buckets and pool plan, then exit (no GPU needed)")
+    a("--steps", type=int, default=steps, help=f"scheduler steps to run, 1..10000000 (default {steps})")
     a("--seed", type=int, default=1, help="workload and model-front seed (default 1)")
     a("--requests", type=int, default=256,
       help="requests per workload batch (default 256; a new batch arrives whenever the previous one has finished)")
@@ -54,18 +47,10 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a("--max-requests", type=int, default=4, help="requests per chunk, 1..64 (default 4)")
     a("--max-tokens", type=int, default=2048, help="tokens per chunk, 16..65536 (default 2048)")
     a("--max-model-len", type=int, default=65536, help="longest sequence (default 65536)")
-    a("--checksum", action="store_true",
-      help="print a checksum of every chunk's outputs (equal to serve_loop --checksum on the same trace)")
-    a("--derive-slots", action="store_true",
-      help="hand the executor no insert slot mappings: the device derives the same slots from the block tables")
-    a("--pooled", action="store_true",
-      help="let the executor's pool own every buffer (its views are used) instead of binding torch tensors")
-    a("--no-alloc-count", action="store_true",
-      help="do not count CUDA allocation calls: CUPTI stays unloaded, so host times are not inflated by its "
-           "subscriber")
-    a("--require-gpu", action="store_true", help="exit with code 77 (skipped) instead of planning without a GPU")
-    a("--no-progress", action="store_true", help="no progress bar")
-    o = p.parse_args(argv)
+
+
+def check_trace_arguments(p: argparse.ArgumentParser, o: argparse.Namespace) -> None:
+    """Refuses (``p.error``, exit code 2) a trace flag out of its bounds, naming it."""
     for name, lo, hi in (("steps", 1, 10_000_000), ("requests", 1, 1_000_000), ("min_len", 1, 1 << 20),
                          ("max_len", 1, 1 << 20), ("budget", 16, 1 << 24), ("max_requests", 1, 64),
                          ("max_tokens", 16, 65536), ("max_model_len", 1, 1 << 20)):
@@ -78,6 +63,33 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
         p.error(f"--min-len = {o.min_len} must be at most --max-len = {o.max_len}")
     if not (o.rate > 0 and math.isfinite(o.rate)):
         p.error(f"--rate = {o.rate} must be > 0")
+
+
+def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="prefill_loop.py",
+        description="Prefills a synthetic stream of prompts through the V4 layer program (4 C4A, 2 C128A, 2 SWA "
+                    "layers) from Python: torch-owned caches and tensors bound into spgraph.torch.Executor, one "
+                    "CUDA graph launch per chunk; reports throughput and step times as serve_loop does.")
+    add_trace_arguments(p)
+    a = p.add_argument
+    a("--mode", choices=("graph", "eager"), default="graph",
+      help="replay captured graphs (default) or launch the same kernels eagerly")
+    a("--json", metavar="FILE", help="also write the report as JSON records (docs/results format)")
+    a("--plan", action="store_true", help="print the layer program, buckets and pool plan, then exit (no GPU needed)")
+    a("--checksum", action="store_true",
+      help="print a checksum of every chunk's outputs (equal to serve_loop --checksum on the same trace)")
+    a("--derive-slots", action="store_true",
+      help="hand the executor no insert slot mappings: the device derives the same slots from the block tables")
+    a("--pooled", action="store_true",
+      help="let the executor's pool own every buffer (its views are used) instead of binding torch tensors")
+    a("--no-alloc-count", action="store_true",
+      help="do not count CUDA allocation calls: CUPTI stays unloaded, so host times are not inflated by its "
+           "subscriber")
+    a("--require-gpu", action="store_true", help="exit with code 77 (skipped) instead of planning without a GPU")
+    a("--no-progress", action="store_true", help="no progress bar")
+    o = p.parse_args(argv)
+    check_trace_arguments(p, o)
     return o
 
 
