@@ -224,6 +224,10 @@ __device__ __forceinline__ void tma_store_box(const void* map, std::uint32_t src
       "r"(src), "r"(col), "r"(head), "r"(token), "l"(policy)
       : "memory");
 }
+/// Brings a tensor map (a kernel parameter) into the TMA unit's descriptor cache ahead of its use.
+__device__ __forceinline__ void prefetch_tensormap(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
 /// L2 policy "evict first" for every line an access touches: for data read or written once (a
 /// CTA's query rows, its output rows), so it does not push out the kv rows that many CTAs reread.
 __device__ __forceinline__ std::uint64_t l2_evict_first() {
