@@ -51,14 +51,8 @@
 namespace spg::kernels::detail {
 
 inline constexpr int kWgmmaThreads = 384;
-#ifdef SPGRAPH_WGMMA_REGS_216
-// A/B build only (issue 15): FlashMLA's split. 2 * 128 * 216 + 128 * 72 = 64512 = 384 * 168.
-inline constexpr int kWgmmaConsumerRegs = 216;
-inline constexpr int kWgmmaProducerRegs = 72;
-#else
 inline constexpr int kWgmmaConsumerRegs = 224;
 inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 64512 = 384 * 168
-#endif
 /// Initial running max: finite, so exp2(kWgmmaMInit - kWgmmaMInit) = 1 keeps a start on masked
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
@@ -149,9 +143,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const std::uint32_t q_bar_left = bar_base + 64u;
   const std::uint32_t q_bar_right = bar_base + 72u;
 
-  // Every barrier takes one arrival per thread of one warpgroup, except K0's right-half empty
-  // barrier at d_qk 576: P0 lives in that half's rope panel, so WG0 (which stores P0) arrives on it
-  // as well as WG1 (which reads it last), and the refill is ordered after both directly.
+  // Every barrier takes one arrival per thread of one warpgroup (on the full and Q barriers, the
+  // producer's fill_arrive), except K0's right-half empty barrier at d_qk 576: P0 lives in that
+  // half's rope panel, so WG0 (which stores P0) arrives on it as well as WG1 (which reads it
+  // last), and the refill is ordered after both directly.
   constexpr int kEmptyK0RightCount = D == 576 ? 256 : 128;
   if (threadIdx.x == 0) {
     // index 5 = empty_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7, Q left / right at 8-9)
@@ -174,10 +169,24 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // ------------------------------------------------------------------ producer
     regs_decrease<kWgmmaProducerRegs>();
 #ifdef SPGRAPH_WGMMA_PREFETCH_OUT_MAP
-    // A/B build only (issue 15): the out map's descriptor fetched at the start, not at the
-    // epilogue's first store (the split kernels pass no map).
+    // A/B switch, off (issue 15 round 3, docs/benchmarks.md): the out map's descriptor fetched at
+    // the start rather than at the epilogue's first store (the split kernels pass no map).
+    // Measured within the spread; kept as a switch for a longer A/B.
     if (x == 0 && !p.write_partials) prefetch_tensormap(&out_map);
 #endif
+    // A fill's arrival on its full (or Q) barrier once this thread's cp.async copies have landed:
+    // an arrival at completion that raises the pending count, plus a plain arrival. The switch
+    // SPGRAPH_WGMMA_NOINC_FILL_ARRIVALS (off; not yet run on a GPU) makes it one .noinc arrival at
+    // completion, the same phase accounting in one instruction, which is what compute-sanitizer's
+    // synccheck "missing wait" on q_bar_left is suspected to flag (docs/testing.md).
+    auto fill_arrive = [&](std::uint32_t bar) {
+#ifdef SPGRAPH_WGMMA_NOINC_FILL_ARRIVALS
+      mbar_arrive_on_cp_async_noinc(bar);
+#else
+      mbar_arrive_on_cp_async(bar);
+      mbar_arrive(bar);
+#endif
+    };
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
@@ -192,17 +201,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
         for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
       }
-      mbar_arrive_on_cp_async(bar);
-      mbar_arrive(bar);
+      fill_arrive(bar);
     };
-    // Q's left half is issued after a wait on K0's left-half empty barrier (phase parity 1 of a
-    // fresh barrier: it passes at once), so that no mbarrier arrival of this thread precedes its
-    // first mbarrier wait (compute-sanitizer's synccheck reported "missing wait" on q_bar_left
-    // otherwise: docs/testing.md).
-    if (n_pairs > 0) {
-      mbar_wait(empty_bar(0, 0), 1u);
-      load_q(0, 4, q_bar_left);
-    }
+    if (n_pairs > 0) load_q(0, 4, q_bar_left);
     const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
     // The index values of pair `pr` (-1 past the slice's valid part, which is never read, nor
     // past topk). Loaded one pair ahead, so their latency hides behind a pair's waits and fills
@@ -254,8 +255,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
           for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
         }
-        mbar_arrive_on_cp_async(full_bar(bb, hh));
-        mbar_arrive(full_bar(bb, hh));
+        fill_arrive(full_bar(bb, hh));
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
         if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
       }

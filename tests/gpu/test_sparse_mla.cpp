@@ -663,11 +663,14 @@ TEST_CASE("sparse_mla: the wgmma and mma.sync single passes agree on the same in
 TEST_CASE("sparse_mla: d_qk 576 over many block pairs per CTA: repeats bit-identical, within the bars of mma.sync",
           "[gpu][sparse_mla]") {
   // At d_qk 576 the wgmma kernel stages P0 in K0's rope panel, inside the half the producer
-  // refills every pair: topk 2048 gives each CTA 16 pairs, so 16 refills of that half after WG0's
-  // store of P0 and WG1's read of it. A refill ordered after only one of them (the ordering the
-  // kernel's comment at WgmmaSmem::kOffS0 names) overwrites P0 or K0's rope columns while they
-  // are read: the outputs then differ between repeats or leave the bars, which this checks (every
-  // index valid, so every row of every block is read).
+  // refills every pair: topk 2048 gives each CTA 16 pairs (the other tests reach 6), so 16 refills
+  // of that half after WG0's store of P0 and WG1's read of it (WgmmaSmem::kOffS0). A refill that
+  // overwrites P0 or K0's rope columns while they are read makes repeats differ or leaves the bars
+  // (every index valid, so every row of every block is read). What it cannot show: a reorder that
+  // the producer's fill order still hides. With WG1 releasing the half before its P0 V0 product
+  // and WG0 not arriving (a build made to check this test, 2026-12-01) it passed: the refill of
+  // K0's right half also waits behind K1's right half, which WG1 releases after the P0 barrier
+  // (docs/testing.md).
   spg::memory::Stream stream;
   std::uint64_t seed = 9300;
   for (const int h_q : {64, 128}) {
