@@ -71,7 +71,11 @@ struct WgmmaSmem {
   static constexpr int kOffS1 = 3 * kTile;
   // d_qk 576: P0 reuses K0's rope panel (panel 8), which only WG0's Q K0^T reads and which the
   // producer refills only after WG1's P0 V product (the right-half empty barrier of K0).
+  // At d_qk 576 the producer's refill of K0's right half must follow both WG1's reads of P0 and
+  // WG0's store of it: K0's right-half empty barrier takes WG0's arrivals too (kWgmmaEmptyK0R).
   static constexpr int kOffS0 = D == 576 ? kOffK0 + 8 * 8192 : kOffS1 + 8192;
+  static_assert(D != 576 || (kOffS0 >= kOffK0 + 4 * 8192 && kOffS0 + 8192 <= kOffK0 + kTile),
+                "at d_qk 576 P0 must lie in K0's right half, the half whose empty barrier WG0 arrives on");
   static constexpr int kOffMisc = kOffS1 + (D == 576 ? 8192 : 16384);
   static constexpr int kOffMask = kOffMisc;        // float [2][64]: 0 or -inf per kv row of K0 / K1
   static constexpr int kOffM0 = kOffMisc + 512;    // float [64]
@@ -139,8 +143,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const std::uint32_t q_bar_left = bar_base + 64u;
   const std::uint32_t q_bar_right = bar_base + 72u;
 
+  // Every barrier takes one arrival per thread of one warpgroup (on the full and Q barriers, the
+  // producer's fill_arrive), except K0's right-half empty barrier at d_qk 576: P0 lives in that
+  // half's rope panel, so WG0 (which stores P0) arrives on it as well as WG1 (which reads it
+  // last), and the refill is ordered after both directly.
+  constexpr int kEmptyK0RightCount = D == 576 ? 256 : 128;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, 128);
+    // index 5 = empty_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7, Q left / right at 8-9)
+    for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, i == 5 ? kEmptyK0RightCount : 128);
     mbar_init_fence();
   }
   __syncthreads();
@@ -158,6 +168,25 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   if (wg == 2) {
     // ------------------------------------------------------------------ producer
     regs_decrease<kWgmmaProducerRegs>();
+#ifdef SPGRAPH_WGMMA_PREFETCH_OUT_MAP
+    // A/B switch, off (issue 15 round 3, docs/benchmarks.md): the out map's descriptor fetched at
+    // the start rather than at the epilogue's first store (the split kernels pass no map).
+    // Measured within the spread; kept as a switch for a longer A/B.
+    if (x == 0 && !p.write_partials) prefetch_tensormap(&out_map);
+#endif
+    // A fill's arrival on its full (or Q) barrier once this thread's cp.async copies have landed:
+    // an arrival at completion that raises the pending count, plus a plain arrival. The switch
+    // SPGRAPH_WGMMA_NOINC_FILL_ARRIVALS (off; not yet run on a GPU) makes it one .noinc arrival at
+    // completion, the same phase accounting in one instruction, which is what compute-sanitizer's
+    // synccheck "missing wait" on q_bar_left is suspected to flag (docs/testing.md).
+    auto fill_arrive = [&](std::uint32_t bar) {
+#ifdef SPGRAPH_WGMMA_NOINC_FILL_ARRIVALS
+      mbar_arrive_on_cp_async_noinc(bar);
+#else
+      mbar_arrive_on_cp_async(bar);
+      mbar_arrive(bar);
+#endif
+    };
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
@@ -172,8 +201,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
         for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
       }
-      mbar_arrive_on_cp_async(bar);
-      mbar_arrive(bar);
+      fill_arrive(bar);
     };
     if (n_pairs > 0) load_q(0, 4, q_bar_left);
     const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
@@ -227,8 +255,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
           for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
         }
-        mbar_arrive_on_cp_async(full_bar(bb, hh));
-        mbar_arrive(full_bar(bb, hh));
+        fill_arrive(full_bar(bb, hh));
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
         if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
       }
@@ -395,6 +422,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       store_acc_panel(sm + L::kOffS0, s, x, f[0], f[1]);  // P0 relative to m1, for WG1
       fence_proxy_async();
+      // d_qk 576: P0 sits in K0's rope panel; this thread's store (and its Q K0^T reads of the
+      // half, complete at the wait above) come before the producer's next fill of the half.
+      if constexpr (D == 576) mbar_arrive(empty_bar(0, 1));
       named_barrier_arrive(kWgBarS0, 256);
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
@@ -466,7 +496,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       mbar_arrive(empty_bar(1, 1));
       wgmma_wait<0>();
       reg_fence(o);
-      mbar_arrive(empty_bar(0, 1));
+      mbar_arrive(empty_bar(0, 1));  // at d_qk 576 with WG0's arrivals after its P0 store
     }
   }
 

@@ -166,6 +166,11 @@ __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
 __device__ __forceinline__ void mbar_arrive_on_cp_async(std::uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+/// The same with .noinc: the arrival at completion is one of the barrier's expected arrivals, so
+/// a thread that fills and arrives makes exactly one arrival per phase (no plain arrive after it).
+__device__ __forceinline__ void mbar_arrive_on_cp_async_noinc(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 /// Waits for the phase of `bar` with parity `parity`. The spin is bounded: after 2^34 cycles
 /// (about 9 s at the H200's clock, far past any legitimate wait of this kernel) it traps, so a
 /// protocol bug ends the launch with an error instead of hanging the stream. Loop and trap live in
@@ -223,6 +228,10 @@ __device__ __forceinline__ void tma_store_box(const void* map, std::uint32_t src
       "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], [%1], %5;\n" ::"l"(map),
       "r"(src), "r"(col), "r"(head), "r"(token), "l"(policy)
       : "memory");
+}
+/// Brings a tensor map (a kernel parameter) into the TMA unit's descriptor cache ahead of its use.
+__device__ __forceinline__ void prefetch_tensormap(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 /// L2 policy "evict first" for every line an access touches: for data read or written once (a
 /// CTA's query rows, its output rows), so it does not push out the kv rows that many CTAs reread.

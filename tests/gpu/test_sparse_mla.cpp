@@ -660,6 +660,47 @@ TEST_CASE("sparse_mla: the wgmma and mma.sync single passes agree on the same in
   }
 }
 
+TEST_CASE("sparse_mla: d_qk 576 over many block pairs per CTA: repeats bit-identical, within the bars of mma.sync",
+          "[gpu][sparse_mla]") {
+  // At d_qk 576 the wgmma kernel stages P0 in K0's rope panel, inside the half the producer
+  // refills every pair: topk 2048 gives each CTA 16 pairs (the other tests reach 6), so 16 refills
+  // of that half after WG0's store of P0 and WG1's read of it (WgmmaSmem::kOffS0). A refill that
+  // overwrites P0 or K0's rope columns while they are read makes repeats differ or leaves the bars
+  // (every index valid, so every row of every block is read). What it cannot show: a reorder that
+  // the producer's fill order still hides. With WG1 releasing the half before its P0 V0 product
+  // and WG0 not arriving (a build made to check this test, 2026-12-01) it passed: the refill of
+  // K0's right half also waits behind K1's right half, which WG1 releases after the P0 barrier
+  // (docs/testing.md).
+  spg::memory::Stream stream;
+  std::uint64_t seed = 9300;
+  for (const int h_q : {64, 128}) {
+    const Problem p = make_problem({576, h_q, 8192, 2048, 3}, {.sink = true}, ++seed);
+    const auto want = reference_of(p);
+    const auto tokens = all_tokens(p.s_q);
+    DeviceProblem wg(p, k::SparseMlaPath::single_pass);
+    DeviceProblem mma(p, k::SparseMlaPath::single_pass_mma);
+    REQUIRE(k::SparseMla::plan(wg.args).kernel == k::SparseMlaKernel::wgmma_single_pass);
+    const Outputs first = run_mode(wg, Mode::eager, stream.get());
+    const std::string label = describe(p);
+    expect_matches(first, want, p.h_q, tokens, label + " wgmma");
+    const Outputs b = run_mode(mma, Mode::eager, stream.get());
+    std::vector<double> b_out(b.out.size());
+    for (std::size_t i = 0; i < b.out.size(); ++i) b_out[i] = bf16_to_f32(b.out[i]);
+    const Verdict vs = check_out(first.out, b_out, p.h_q, tokens, label + " wgmma against mma", 2.0);
+    INFO(vs.message);
+    CHECK(vs.ok);
+    int differing = 0;
+    for (int rep = 0; rep < 16; ++rep) {
+      const Outputs again = run_mode(wg, rep % 2 == 0 ? Mode::eager : Mode::graph, stream.get());
+      differing += again.out != first.out ||
+                   std::memcmp(again.lse.data(), first.lse.data(), first.lse.size() * 4) != 0 ||
+                   std::memcmp(again.max_logits.data(), first.max_logits.data(), first.max_logits.size() * 4) != 0;
+    }
+    INFO(label << ": repeats (of 16) not bit-identical to the first run: " << differing);
+    CHECK(differing == 0);
+  }
+}
+
 TEST_CASE("sparse_mla: tokens at or past num_tokens come out as empty rows", "[gpu][sparse_mla]") {
   // Outputs NaN-poisoned before every run; rows past num_tokens must be exactly out 0,
   // max_logits -inf, lse +inf, the others must match the reference. One graph per kernel serves
