@@ -268,11 +268,10 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   // can_implement bounds the number of items by 2^31 - 1.
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
-  // wgmma: one CTA per item on a 1-D grid (CTAs that run several items in a row, loading the next
-  // item's Q and first blocks while the current one finishes, measured 2-12% slower). One CTA fits
-  // an SM, so the CTA that takes an SM after this one is about `sms` items on: each CTA prefetches
-  // that CTA's Q rows into L2. mma.sync: persistent CTAs, one per SM (the shared memory admits
-  // one), each walking a stride of items.
+  // wgmma: one CTA per item on a 1-D grid (the designs measured against it: docs/benchmark_history.md).
+  // One CTA fits an SM, so the CTA that takes an SM after this one is about `sms` items on: each CTA
+  // prefetches that CTA's Q rows into L2. mma.sync: persistent CTAs, one per SM (the shared memory
+  // admits one), each walking a stride of items.
   const bool wgmma = is_wgmma(plan.kernel);
   const auto grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
   p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks

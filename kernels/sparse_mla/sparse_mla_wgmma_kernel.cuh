@@ -234,8 +234,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       // Past this CTA's start, and about five pairs before its end: the Q rows of the CTA that
       // takes an SM next go to L2 (64 KB, one bulk prefetch), so the CTAs of a wave, which start
-      // together, do not all wait for Q from HBM at once. (Issued at the CTA's start, where it
-      // shares HBM with the wave's own Q loads, it measured slower.)
+      // together, do not all wait for Q from HBM at once (docs/benchmark_history.md).
       if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
         const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
         if (next < p.num_items) {
