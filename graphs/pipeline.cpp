@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "graphs/detail/trace.hpp"
 #include "kernels/stage_in/stage_in.hpp"
 #include "memory/error.hpp"
 
@@ -24,6 +25,17 @@ kernels::SparseMlaArgs attention_args(const PipelineConfig& config, const LayerC
   a.d_qk = l.d_qk;
   a.sm_scale = l.scale();
   return a;
+}
+
+detail::TracePhase trace_phase(Stage s) noexcept {
+  switch (s) {
+    case Stage::insert_swa: return detail::TracePhase::insert_swa;
+    case Stage::insert_compressed: return detail::TracePhase::insert_compressed;
+    case Stage::gather: return detail::TracePhase::gather;
+    case Stage::combine: return detail::TracePhase::combine;
+    case Stage::attention: return detail::TracePhase::attention;
+  }
+  return detail::TracePhase::attention;
 }
 
 }  // namespace
@@ -84,6 +96,7 @@ Pipeline::Pipeline(const PipelineConfig& config, const PipelineBuffers& buffers,
     const int ri = ratio_index(r);
     const std::int64_t m_max = config.max_kv_rows(l);
     LayerLaunches launch;
+    launch.layer = index;
 
     if (insert) {
       launch.insert_swa = true;
@@ -191,16 +204,20 @@ int Pipeline::kernel_launches() const noexcept {
 }
 
 cudaError_t Pipeline::record_stage_in(int staging, cudaStream_t stream) const noexcept {
+  const detail::TraceRange range(detail::TracePhase::stage_in);
   return kernels::StageIn::run(staging_[staging & 1], device_meta_, meta_bytes_, status_block_, stream);
 }
 
 cudaError_t Pipeline::record_stage(std::size_t layer, Stage s, cudaStream_t stream) const noexcept {
   if (layer >= layers_.size()) return cudaErrorInvalidValue;
   const LayerLaunches& l = layers_[layer];
+  if ((s == Stage::insert_swa && !l.insert_swa) || (s == Stage::insert_compressed && !l.insert_compressed)) {
+    return cudaSuccess;  // a stage this layer does not have
+  }
+  const detail::TraceRange range(trace_phase(s), l.layer);
   switch (s) {
-    case Stage::insert_swa: return l.insert_swa ? kernels::KvInsert::run(l.swa_insert, nullptr, stream) : cudaSuccess;
-    case Stage::insert_compressed:
-      return l.insert_compressed ? kernels::KvInsert::run(l.compressed_insert, nullptr, stream) : cudaSuccess;
+    case Stage::insert_swa: return kernels::KvInsert::run(l.swa_insert, nullptr, stream);
+    case Stage::insert_compressed: return kernels::KvInsert::run(l.compressed_insert, nullptr, stream);
     case Stage::gather: return kernels::KvGather::run(l.gather, nullptr, stream);
     case Stage::combine: return kernels::CombineIndices::run(l.combine, nullptr, stream);
     case Stage::attention: return kernels::SparseMla::run(l.attention, attention_workspace_, stream);

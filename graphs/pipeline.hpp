@@ -49,6 +49,7 @@ struct PipelineBuffers {
 
 /// @brief Kernel arguments of every stage of one layer, for one chunk shape.
 struct LayerLaunches {
+  int layer{-1};  ///< the layer's index in the config
   bool insert_swa{false};
   bool insert_compressed{false};
   kernels::KvInsertArgs swa_insert{};
