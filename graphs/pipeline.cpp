@@ -269,10 +269,10 @@ cudaError_t Pipeline::record_stage(std::size_t layer, Stage s, cudaStream_t stre
   }
   const detail::TraceRange range(trace_phase(s), l.layer);
   switch (s) {
-    case Stage::insert_swa: return kernels::KvInsert::run(l.swa_insert, nullptr, stream);
-    case Stage::insert_compressed: return kernels::KvInsert::run(l.compressed_insert, nullptr, stream);
-    case Stage::gather: return kernels::KvGather::run(l.gather, nullptr, stream);
-    case Stage::combine: return kernels::CombineIndices::run(l.combine, nullptr, stream);
+    case Stage::insert_swa: return kernels::KvInsert::run(l.swa_insert, stream);
+    case Stage::insert_compressed: return kernels::KvInsert::run(l.compressed_insert, stream);
+    case Stage::gather: return kernels::KvGather::run(l.gather, stream);
+    case Stage::combine: return kernels::CombineIndices::run(l.combine, stream);
     case Stage::attention: return kernels::SparseMla::run(l.attention, attention_workspace_, stream);
   }
   return cudaErrorInvalidValue;
