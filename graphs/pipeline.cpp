@@ -214,7 +214,7 @@ std::size_t Pipeline::attention_workspace_bytes(const PipelineConfig& config, co
 
 Pipeline::Pipeline(const PipelineConfig& config, const PipelineBuffers& buffers, const std::vector<int>& layers,
                    int r_bucket, int t_bucket, bool insert)
-    : r_bucket_(r_bucket), t_bucket_(t_bucket), attention_workspace_(buffers.attention_workspace) {
+    : r_bucket_(r_bucket), t_bucket_(t_bucket) {
   check_shape(config, buffers, layers, r_bucket, t_bucket);
   const ChunkMetaLayout meta = ChunkMetaLayout::make(config);
   meta_bytes_ = meta.bytes();
@@ -243,7 +243,9 @@ Pipeline::Pipeline(const PipelineConfig& config, const PipelineBuffers& buffers,
     launch.gather = gather_stage(config, l, lb, src, /*overlap_prologue=*/insert || !layers_.empty());
     launch.combine = combine_stage(l, lb, src);
     launch.attention = attention_stage(config, l, lb, src, launch.combine);
-    launch.attention_split = kernels::SparseMla::plan(launch.attention).split;  // + a merge kernel
+    // Planned, its workspace carved and its descriptor encoded once: a step only launches it.
+    launch.attention_launch = kernels::SparseMla::initialize(launch.attention, buffers.attention_workspace);
+    launch.attention_split = launch.attention_launch.plan().split;  // + a merge kernel
     layers_.push_back(launch);
   }
 }
@@ -273,7 +275,7 @@ cudaError_t Pipeline::record_stage(std::size_t layer, Stage s, cudaStream_t stre
     case Stage::insert_compressed: return kernels::KvInsert::run(l.compressed_insert, stream);
     case Stage::gather: return kernels::KvGather::run(l.gather, stream);
     case Stage::combine: return kernels::CombineIndices::run(l.combine, stream);
-    case Stage::attention: return kernels::SparseMla::run(l.attention, attention_workspace_, stream);
+    case Stage::attention: return l.attention_launch.run(stream);
   }
   return cudaErrorInvalidValue;
 }
