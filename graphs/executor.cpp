@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "graphs/detail/trace.hpp"
 #include "graphs/pipeline_pool.hpp"
 #include "memory/error.hpp"
 
@@ -72,6 +73,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 ExecutorPlan plan_executor(memory::PipelineConfig config, const ExecutorOptions& options) {
+  const detail::TraceRange range(detail::TracePhase::plan);
   config.validate();  // before anything is sized from it (buckets, programs, pool)
   BucketSet buckets = make_buckets(config, options);
   std::vector<std::vector<int>> programs = make_programs(config, options);
@@ -222,6 +224,7 @@ PipelineBuffers Executor::pipeline_buffers() const noexcept {
 
 WarmupReport Executor::warmup() {
   SPG_EXPECTS_AS(StateError, !warmed_up_, "Executor::warmup: already warmed up");
+  const detail::TraceRange range(detail::TracePhase::warmup);
   WarmupReport report;
   report.buckets = buckets_.size();
   report.programs = programs();
@@ -239,24 +242,31 @@ WarmupReport Executor::warmup() {
 
   std::vector<Entry> entries(programs_.size() * static_cast<std::size_t>(buckets_.size()));
   const PipelineBuffers buffers = pipeline_buffers();
-  for (int p = 0; p < programs(); ++p) {
-    for (int b = 0; b < buckets_.size(); ++b) {
-      entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) + static_cast<std::size_t>(b)]
-          .pipeline = std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)],
-                                                 buckets_.r_of(b), buckets_.t_of(b), options_.insert);
+  {
+    const detail::TraceRange prepare(detail::TracePhase::prepare);
+    for (int p = 0; p < programs(); ++p) {
+      for (int b = 0; b < buckets_.size(); ++b) {
+        entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) + static_cast<std::size_t>(b)]
+            .pipeline = std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)],
+                                                   buckets_.r_of(b), buckets_.t_of(b), options_.insert);
+      }
     }
   }
   report.kernel_launches_per_step = entries[static_cast<std::size_t>(buckets_.size()) - 1].pipeline->kernel_launches();
 
   // One eager pass over every shape with an empty chunk: loads every kernel and checks every launch.
-  const ChunkInput empty{};
-  const ChunkCheck checked = encoder_.check(empty, program_ratios_[0]);
-  SPG_EXPECTS_AS(StateError, checked.status == RunStatus::ok,
-                 "warm-up: the empty chunk was refused: " << run_status_name(checked.status));
-  encoder_.write(empty, checked, program_ratios_[0], staging_[0]);
-  auto t0 = std::chrono::steady_clock::now();
-  for (auto& e : entries) SPG_CUDA_TRY(e.pipeline->record(0, stream()));
-  SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+  std::chrono::steady_clock::time_point t0;
+  {
+    const detail::TraceRange eager_pass(detail::TracePhase::eager_pass);
+    const ChunkInput empty{};
+    const ChunkCheck checked = encoder_.check(empty, program_ratios_[0]);
+    SPG_EXPECTS_AS(StateError, checked.status == RunStatus::ok,
+                   "warm-up: the empty chunk was refused: " << run_status_name(checked.status));
+    encoder_.write(empty, checked, program_ratios_[0], staging_[0]);
+    t0 = std::chrono::steady_clock::now();
+    for (auto& e : entries) SPG_CUDA_TRY(e.pipeline->record(0, stream()));
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+  }
   report.eager_ms = ms_since(t0);
 
   if (options_.capture) {
@@ -270,9 +280,13 @@ WarmupReport Executor::warmup() {
         Entry& e = entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) +
                            static_cast<std::size_t>(b)];
         for (int s = 0; s < 2; ++s) {
-          CaptureGuard guard(stream());
-          SPG_CUDA_TRY(e.pipeline->record(s, stream()));
-          const Graph graph = guard.finish();
+          const Graph graph = [&] {
+            const detail::TraceRange capture(detail::TracePhase::capture, b);
+            CaptureGuard guard(stream());
+            SPG_CUDA_TRY(e.pipeline->record(s, stream()));
+            return guard.finish();
+          }();
+          const detail::TraceRange instantiate(detail::TracePhase::instantiate, b);
           e.exec[s] = GraphExec::instantiate(graph, stream());
           ++report.graphs;
         }
@@ -310,6 +324,7 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
     result.status = RunStatus::bad_program;
     return result;
   }
+  const detail::TraceRange range(graph ? detail::TracePhase::step_graph : detail::TracePhase::step_eager);
   using Clock = std::chrono::steady_clock;
   const bool timed = options_.time_host_phases;
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};

@@ -49,6 +49,7 @@ struct PipelineBuffers {
 
 /// @brief Kernel arguments of every stage of one layer, for one chunk shape.
 struct LayerLaunches {
+  int layer{-1};  ///< the layer's index in the config
   bool insert_swa{false};
   bool insert_compressed{false};
   kernels::KvInsertArgs swa_insert{};
@@ -56,6 +57,7 @@ struct LayerLaunches {
   kernels::KvGatherArgs gather{};
   kernels::CombineIndicesArgs combine{};
   kernels::SparseMlaArgs attention{};
+  kernels::SparseMlaLaunch attention_launch;  ///< `attention` prepared (SparseMla::initialize)
   bool attention_split{false};  ///< the split-top-k path: partial and merge kernels
 };
 
@@ -94,7 +96,6 @@ class Pipeline {
   int r_bucket_;
   int t_bucket_;
   std::vector<LayerLaunches> layers_;
-  void* attention_workspace_;
   const std::byte* staging_[2];
   std::byte* device_meta_;
   std::size_t meta_bytes_;

@@ -43,7 +43,8 @@ struct FaultRecord {
   std::int32_t value;
 };
 
-/// @brief The per-step status block (device memory, zeroed by reset() before each step).
+/// @brief The per-step status block (device memory). In an executor's step the stage-in kernel
+///        zeroes it (after folding it into RunFaults); a standalone op's caller zeroes it with reset().
 struct StepStatus {
   std::uint32_t counts[kFaultKinds];  ///< faults of each kind this step
   std::uint32_t recorded;             ///< nonzero once `first` holds a fault
@@ -99,7 +100,8 @@ struct StatusBlock {
 };
 static_assert(sizeof(StatusBlock) == 136 && alignof(StatusBlock) == 8, "StatusBlock is read by the host as raw bytes");
 
-/// @brief Zeroes the status block on `stream`; the graph records this as the step's first node.
+/// @brief Zeroes the status block on `stream` (a memset), for ops called outside an executor; an
+///        executor's steps never call it: their stage-in kernel zeroes the block.
 [[nodiscard]] inline cudaError_t reset(StepStatus* status, cudaStream_t stream) noexcept {
   return cudaMemsetAsync(status, 0, sizeof(StepStatus), stream);
 }

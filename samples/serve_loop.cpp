@@ -97,16 +97,354 @@ class Progress {
   int last_{-1};
 };
 
+/// The model front's fixed part: query rows (random, once) and the sinks.
+void fill_model_front(const spg::graphs::Executor& ex, std::uint64_t seed) {
+  using namespace spg;
+  const memory::PipelineConfig& config = ex.config();
+  for (std::size_t l = 0; l < config.layers.size(); ++l) {
+    const auto& layer = config.layers[l];
+    const graphs::LayerBuffers& v = ex.layer(l);
+    const std::size_t elems = std::size_t{1} * config.max_tokens * layer.h_q * layer.d_qk;
+    SPG_EXPECTS(v.q.stride(0) == static_cast<std::size_t>(layer.h_q) * layer.d_qk &&
+                    v.out.stride(0) == static_cast<std::size_t>(layer.h_q) * layer.d_v,
+                "serve_loop fills q and checksums out as contiguous [T, h_q, d] tensors");
+    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(v.q.data_handle(), elems, seed, static_cast<int>(l), ex.stream()));
+    if (layer.attn_sink) {
+      std::vector<float> sink(static_cast<std::size_t>(layer.h_q));
+      for (std::size_t h = 0; h < sink.size(); ++h) {
+        sink[h] = 4.0F * kernels::front_q_value(seed + 7, static_cast<int>(l), h);
+      }
+      SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
+    }
+  }
+  SPG_CUDA_TRY(cudaDeviceSynchronize());  // the sinks were copied on the legacy stream
+}
+
+/// The synthetic prompt stream: a new batch of requests whenever the scheduler has run dry.
+class PromptStream {
+ public:
+  explicit PromptStream(const Options& o) : seed_(o.seed) {
+    wc_.num_requests = o.requests;
+    wc_.min_prompt_len = o.min_len;
+    wc_.max_prompt_len = o.max_len;
+    wc_.lengths = o.lengths;
+    wc_.arrivals = o.arrivals;
+    wc_.arrival_rate = o.rate;
+  }
+  [[nodiscard]] std::string describe() const { return wc_.describe(); }
+  void refill(spg::scheduler::PrefillScheduler& sched) {
+    if (!sched.done()) return;
+    wc_.seed = seed_ * 1000003ULL + static_cast<std::uint64_t>(batch_++);
+    wc_.first_step = sched.next_step();
+    auto reqs = spg::scheduler::make_workload(wc_);
+    for (auto& r : reqs) r.id = next_id_++;
+    sched.submit(reqs);
+  }
+
+ private:
+  std::uint64_t seed_;
+  spg::scheduler::WorkloadConfig wc_;
+  std::int64_t next_id_{0};
+  int batch_{0};
+};
+
+/// GPU time per chunk from a ring of event pairs, each read back a ring's length later, so the
+/// host never waits for a chunk it has just launched.
+class GpuTimes {
+ public:
+  static constexpr int kRing = 64;
+  GpuTimes() {
+    for (int i = 0; i < kRing; ++i) {
+      start_.emplace_back();
+      stop_.emplace_back();
+    }
+  }
+  /// Before chunk `c`'s work: reads back chunk c - kRing's time (waiting for it), records c's start.
+  void start(long long c, cudaStream_t stream) {
+    const auto slot = static_cast<std::size_t>(c % kRing);
+    if (c >= kRing) {
+      stop_[slot].synchronize();
+      us_.push_back(1000.0 * stop_[slot].elapsed_ms_since(start_[slot]));
+    }
+    start_[slot].record(stream);
+  }
+  void stop(long long c, cudaStream_t stream) { stop_[static_cast<std::size_t>(c % kRing)].record(stream); }
+  /// After the device is idle: the last `chunks`' times too; then every chunk's.
+  const std::vector<double>& finish(long long chunks) {
+    for (long long c = std::max<long long>(0, chunks - kRing); c < chunks; ++c) {
+      const auto slot = static_cast<std::size_t>(c % kRing);
+      us_.push_back(1000.0 * stop_[slot].elapsed_ms_since(start_[slot]));
+    }
+    return us_;
+  }
+
+ private:
+  std::vector<spg::memory::Event> start_;
+  std::vector<spg::memory::Event> stop_;
+  std::vector<double> us_;
+};
+
+/// A checksum of every chunk's outputs (out, lse, max_logits of every layer), on the device.
+class OutputChecksum {
+ public:
+  OutputChecksum() : acc_(sizeof(std::uint64_t)) { SPG_CUDA_TRY(cudaMemset(acc_.data(), 0, sizeof(std::uint64_t))); }
+  void add(const spg::graphs::Executor& ex, int t_bucket, long long chunk) {
+    using namespace spg;
+    const memory::PipelineConfig& config = ex.config();
+    for (std::size_t l = 0; l < config.layers.size(); ++l) {
+      const graphs::LayerBuffers& v = ex.layer(l);
+      const std::size_t rows = std::size_t{1} * t_bucket * config.layers[l].h_q;
+      auto* acc = static_cast<std::uint64_t*>(acc_.data());
+      const auto salt = static_cast<std::uint64_t>(chunk) << 32 | l << 8;
+      SPG_CUDA_TRY(kernels::Checksum::accumulate(v.out.data_handle(), rows * 1024, salt, acc, ex.stream()));
+      SPG_CUDA_TRY(kernels::Checksum::accumulate(v.lse.data_handle(), rows * 4, salt + 1, acc, ex.stream()));
+      SPG_CUDA_TRY(kernels::Checksum::accumulate(v.max_logits.data_handle(), rows * 4, salt + 2, acc, ex.stream()));
+    }
+  }
+  [[nodiscard]] std::uint64_t read() const {
+    std::uint64_t sum = 0;
+    SPG_CUDA_TRY(cudaMemcpy(&sum, acc_.data(), sizeof sum, cudaMemcpyDeviceToHost));
+    return sum;
+  }
+
+ private:
+  spg::memory::DeviceBuffer acc_;
+};
+
+/// What the loop counted and timed.
+struct LoopStats {
+  std::vector<double> host_us;       // per chunk launch, waits for the device excluded
+  std::vector<double> step_host_us;  // per scheduler step, everything included
+  std::vector<double> gpu_us;        // per chunk
+  long long chunks{0};
+  long long tokens{0};
+  long long padded{0};
+  long long graph_hits{0};
+  long long eager_runs{0};
+  long long finished{0};
+  double waited_us{0};
+  double wall_s{0};
+  [[nodiscard]] double tokens_per_s() const { return static_cast<double>(tokens) / wall_s; }
+  [[nodiscard]] double waste() const { return tokens > 0 ? static_cast<double>(padded) / static_cast<double>(tokens) : 0.0; }
+};
+
+void print_failure(long step, const spg::graphs::RunResult& r) {
+  std::fprintf(stderr, "serve_loop: step %ld chunk failed: %s (%s)", step, spg::graphs::run_status_name(r.status),
+               cudaGetErrorName(r.cuda));
+  if (r.status == spg::graphs::RunStatus::bad_chunk) {
+    std::fprintf(stderr, ": request %d, %s: %s", r.bad_request, r.bad_field != nullptr ? r.bad_field : "?",
+                 r.bad_reason != nullptr ? r.bad_reason : "?");
+  }
+  std::fprintf(stderr, "\n");
+}
+
+/// Everything the report prints, gathered after the loop.
+struct Report {
+  const Options& opt;
+  const LoopStats& stats;
+  const spg::graphs::WarmupReport& warm;
+  std::uint64_t host_waits{0};
+  const spg::memory::AllocationCounter* counter{nullptr};  // null: allocations not counted
+  std::uint64_t allocations{0};
+  spg::kernels::RunFaults faults{};
+  std::uint64_t checksum{0};
+  int verified_passed{0};
+  int verified_failed{0};
+};
+
+void print_report(const Report& r) {
+  using namespace spg;
+  const Options& opt = r.opt;
+  const LoopStats& st = r.stats;
+  const graphs::WarmupReport& warm = r.warm;
+  std::printf("\n== serve_loop report (%s mode) ==\n", opt.eager ? "eager" : "graph");
+  std::printf("  steps                      %ld (%lld chunks, %lld requests finished)\n", opt.steps, st.chunks, st.finished);
+  std::printf("  prompt tokens              %lld in %.2f s: %.0f tokens/s\n", st.tokens, st.wall_s, st.tokens_per_s());
+  std::printf("  host time per chunk launch p50 %.2f us, p99 %.2f us (executor run(), waits excluded)\n", percentile(st.host_us, 0.5), percentile(st.host_us, 0.99));
+  std::printf("  host time per step         p50 %.2f us, p99 %.2f us (scheduler + model front + launches,\n"
+              "                             waits for the device included)\n",
+              percentile(st.step_host_us, 0.5), percentile(st.step_host_us, 0.99));
+  std::printf("  host waits for the device  %llu of %lld launches, %.2f s in all (the GPU is the bottleneck)\n",
+              static_cast<unsigned long long>(r.host_waits), st.chunks, st.waited_us / 1e6);
+  std::printf("  GPU time per chunk         p50 %.1f us, p99 %.1f us\n", percentile(st.gpu_us, 0.5), percentile(st.gpu_us, 0.99));
+  std::printf("  graph hits / eager runs    %lld / %lld\n", st.graph_hits, st.eager_runs);
+  std::printf("  padding waste              %.2f%% (%lld padded / %lld real tokens)\n", 100 * st.waste(), st.padded, st.tokens);
+  if (r.counter != nullptr) {
+    std::printf("  CUDA allocation calls      %llu after warm-up (CUPTI, %d callbacks watched; host times include\n"
+                "                             CUPTI's cost: --no-alloc-count for clean ones)\n",
+                static_cast<unsigned long long>(r.allocations), r.counter->watched_callbacks());
+  } else {
+    std::printf("  CUDA allocation calls      not counted (--no-alloc-count)\n");
+  }
+  std::printf("  pool                       %.2f GiB device, %.1f KiB pinned; graphs %.1f MiB; capture %.1f ms\n",
+              static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
+              static_cast<double>(warm.graph_device_bytes) / (1 << 20), warm.capture_ms);
+  const kernels::RunFaults& faults = r.faults;
+  std::printf("  device faults (whole run)  %llu in %llu steps", static_cast<unsigned long long>(faults.total()),
+              static_cast<unsigned long long>(faults.faulty_steps));
+  if (faults.total() > 0) {
+    std::printf(" (");
+    for (int k = 0; k < kernels::kFaultKinds; ++k) {
+      std::printf("%s%s %llu", k ? ", " : "", kernels::fault_name(static_cast<kernels::Fault>(k)),
+                  static_cast<unsigned long long>(faults.counts[k]));
+    }
+    std::printf("; first: %s, request %d, position %d, value %d)%s",
+                kernels::fault_name(static_cast<kernels::Fault>(faults.first.kind)), faults.first.request,
+                faults.first.position, faults.first.value, opt.allow_faults ? " (--allow-faults)" : "");
+  }
+  std::printf("\n");
+  if (opt.checksum) std::printf("  output checksum            %016llx\n", static_cast<unsigned long long>(r.checksum));
+  if (opt.verify > 0) {
+    std::printf("  verified chunks            %d passed, %d failed\n", r.verified_passed, r.verified_failed);
+  }
+}
+
+void write_json(const Report& r) {
+  const Options& opt = r.opt;
+  const LoopStats& st = r.stats;
+  spg::bench::Reporter rep;
+  // Runs without the allocation counter are the ones whose host times are clean (no CUPTI).
+  const std::string name = r.counter != nullptr ? "serve_loop/default" : "serve_loop/no-cupti";
+  const std::string variant =
+      std::string(opt.eager ? "spgraph-eager" : "spgraph-graph") + (opt.engine_buffers ? "-engine-buffers" : "");
+  auto add = [&](const char* metric, double v) { rep.add({"executor", name, variant, metric, v}); };
+  add("steps", static_cast<double>(opt.steps));
+  add("tokens_per_s", st.tokens_per_s());
+  add("host_us_p50", percentile(st.host_us, 0.5));
+  add("host_us_p99", percentile(st.host_us, 0.99));
+  add("step_host_us_p50", percentile(st.step_host_us, 0.5));
+  add("step_host_us_p99", percentile(st.step_host_us, 0.99));
+  add("host_waits", static_cast<double>(r.host_waits));
+  add("gpu_us_p50", percentile(st.gpu_us, 0.5));
+  add("gpu_us_p99", percentile(st.gpu_us, 0.99));
+  add("graph_hits", static_cast<double>(st.graph_hits));
+  add("eager_runs", static_cast<double>(st.eager_runs));
+  add("padding_waste", st.waste());
+  if (r.counter != nullptr) add("alloc_calls", static_cast<double>(r.allocations));
+  add("capture_ms", r.warm.capture_ms);
+  add("graph_mib", static_cast<double>(r.warm.graph_device_bytes) / (1 << 20));
+  add("pool_gib", static_cast<double>(r.warm.pool_device_bytes) / (1 << 30));
+  if (opt.verify > 0) add("verify_failed", r.verified_failed);
+  add("device_faults", static_cast<double>(r.faults.total()));
+  const char* commit = std::getenv("SPGRAPH_COMMIT");
+  rep.write_json(opt.json, commit != nullptr ? commit : "unknown", today());
+}
+
+/// The serving loop around the executor: per scheduler step, the model front writes each chunk's
+/// inputs and the executor runs the chunk (one graph launch), timed and optionally checksummed
+/// and verified.
+class ServeLoop {
+ public:
+  ServeLoop(const Options& opt, spg::graphs::Executor& ex)
+      : opt_(opt),
+        ex_(ex),
+        sched_(ex.config(), scheduler_config(opt)),
+        prompts_(opt),
+        verifier_(ex, opt.seed),
+        front_layers_(spg::samples::front_layers(ex)),  // view lookups once, not per step
+        verify_every_(opt.verify > 0 ? std::max<long>(1, opt.steps / opt.verify) : 0) {
+    std::printf("workload: %s\n", prompts_.describe().c_str());
+  }
+
+  /// Runs opt.steps scheduler steps and waits for the device. False (after a message) when a
+  /// chunk failed.
+  bool run(spg::memory::AllocationCounter* counter) {
+    Progress progress(opt_.steps, opt_.progress);
+    if (counter != nullptr) counter->reset();
+    const auto t_start = std::chrono::steady_clock::now();
+    for (long step = 0; step < opt_.steps; ++step) {
+      const auto s0 = std::chrono::steady_clock::now();
+      prompts_.refill(sched_);
+      const spg::scheduler::StepPlan plan = sched_.schedule();
+      stats_.finished += static_cast<long long>(plan.finished.size());
+      for (const spg::scheduler::ChunkPlan& cp : plan.chunks) {
+        if (!serve_chunk(step, cp)) return false;
+      }
+      stats_.step_host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count());
+      progress.update(step + 1);
+    }
+    ex_.synchronize();
+    stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    stats_.gpu_us = gpu_.finish(stats_.chunks);
+    return true;
+  }
+
+  [[nodiscard]] const LoopStats& stats() const noexcept { return stats_; }
+  [[nodiscard]] const spg::samples::Verifier& verifier() const noexcept { return verifier_; }
+  [[nodiscard]] std::uint64_t checksum() const { return checksum_.read(); }
+
+ private:
+  static spg::scheduler::SchedulerConfig scheduler_config(const Options& o) {
+    spg::scheduler::SchedulerConfig sc;
+    sc.max_num_batched_tokens = o.budget;
+    return sc;
+  }
+
+  /// One chunk: the model front, the executor's step, the bookkeeping.
+  bool serve_chunk(long step, const spg::scheduler::ChunkPlan& cp) {
+    using namespace spg;
+    const graphs::ChunkInput& input = cp.input(!opt_.derive_slots);
+    const kernels::SyntheticFrontArgs front =
+        samples::make_front_args(front_layers_, cp, opt_.seed, static_cast<std::uint64_t>(stats_.chunks));
+    const bool verify_this = verify_every_ > 0 && step % verify_every_ == 0 &&
+                             static_cast<int>(verified_.size()) < opt_.verify && cp.num_tokens > 0;
+    if (verify_this) verifier_.before(cp);
+    SPG_CUDA_TRY(kernels::SyntheticFront::run(front, ex_.stream()));
+    gpu_.start(stats_.chunks, ex_.stream());
+    const auto h0 = std::chrono::steady_clock::now();
+    graphs::RunResult r = opt_.eager ? ex_.run_eager(input) : ex_.run(input);
+    const auto h1 = std::chrono::steady_clock::now();
+    if (r.status == graphs::RunStatus::no_bucket && !opt_.eager) {
+      r = ex_.run_eager(input);  // never expected: the largest bucket is the chunk limit
+      ++stats_.eager_runs;
+    } else if (!opt_.eager) {
+      ++stats_.graph_hits;
+    } else {
+      ++stats_.eager_runs;
+    }
+    if (!r.ok()) {
+      print_failure(step, r);
+      return false;
+    }
+    gpu_.stop(stats_.chunks, ex_.stream());
+    // Host work only: a wait for the device to free a staging block is the device's time.
+    stats_.host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() - r.waited_us);
+    stats_.waited_us += r.waited_us;
+    stats_.padded += ex_.buckets().t_of(r.bucket) - cp.num_tokens;
+    stats_.tokens += cp.num_tokens;
+    if (opt_.checksum) checksum_.add(ex_, ex_.buckets().t_of(r.bucket), stats_.chunks);
+    if (verify_this) {
+      verifier_.after(cp, r.bucket, static_cast<std::uint64_t>(stats_.chunks));
+      verified_.push_back(static_cast<int>(step));
+    }
+    ++stats_.chunks;
+    return true;
+  }
+
+  const Options& opt_;
+  spg::graphs::Executor& ex_;
+  spg::scheduler::PrefillScheduler sched_;
+  PromptStream prompts_;
+  spg::samples::Verifier verifier_;
+  spg::kernels::SyntheticFrontArgs front_layers_;
+  OutputChecksum checksum_;
+  GpuTimes gpu_;
+  long verify_every_;
+  std::vector<int> verified_;  // the steps whose chunk was verified
+  LoopStats stats_;
+};
+
 int run(const Options& opt) {
   using namespace spg;
   const memory::PipelineConfig config = make_config(opt);
   // The counter's CUPTI subscriber costs every cudaGraphLaunch ~0.2 us a node, so host times are
   // only representative with --no-alloc-count.
   memory::AllocationCounter* counter = opt.count_allocations ? &memory::AllocationCounter::instance() : nullptr;
-
   std::printf("serve_loop: %s mode, %ld steps, budget %d tokens/step, chunks of <= %d requests x %d tokens%s\n",
               opt.eager ? "eager" : "graph", opt.steps, opt.budget, config.max_requests, config.max_tokens,
               opt.engine_buffers ? ", engine-owned buffers" : "");
+
+  // 1. The executor: bind the engine's buffers (or let the pool hold everything), then warm up.
   graphs::ExecutorOptions eo;
   std::unique_ptr<samples::EngineBuffers> engine;
   if (opt.engine_buffers) {
@@ -121,229 +459,28 @@ int run(const Options& opt) {
               static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
               warm.pool_allocation_calls,
               engine ? (", engine buffers " + memory::format_bytes(engine->bytes())).c_str() : "");
+  fill_model_front(ex, opt.seed);
 
-  // The model front's fixed part: query rows (random, once) and the sinks.
-  for (std::size_t l = 0; l < config.layers.size(); ++l) {
-    const auto& layer = config.layers[l];
-    const graphs::LayerBuffers& v = ex.layer(l);
-    const std::size_t elems = std::size_t{1} * config.max_tokens * layer.h_q * layer.d_qk;
-    SPG_EXPECTS(v.q.stride(0) == static_cast<std::size_t>(layer.h_q) * layer.d_qk &&
-                    v.out.stride(0) == static_cast<std::size_t>(layer.h_q) * layer.d_v,
-                "serve_loop fills q and checksums out as contiguous [T, h_q, d] tensors");
-    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(v.q.data_handle(), elems, opt.seed, static_cast<int>(l), ex.stream()));
-    if (layer.attn_sink) {
-      std::vector<float> sink(static_cast<std::size_t>(layer.h_q));
-      for (std::size_t h = 0; h < sink.size(); ++h) {
-        sink[h] = 4.0F * kernels::front_q_value(opt.seed + 7, static_cast<int>(l), h);
-      }
-      SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
-    }
-  }
-  SPG_CUDA_TRY(cudaDeviceSynchronize());  // the sinks were copied on the legacy stream
+  // 2. The loop: scheduler steps, each chunk one executor run.
+  ServeLoop loop(opt, ex);
+  if (!loop.run(counter)) return 1;
 
-  scheduler::SchedulerConfig sc;
-  sc.max_num_batched_tokens = opt.budget;
-  scheduler::PrefillScheduler sched(config, sc);
-  scheduler::WorkloadConfig wc;
-  wc.num_requests = opt.requests;
-  wc.min_prompt_len = opt.min_len;
-  wc.max_prompt_len = opt.max_len;
-  wc.lengths = opt.lengths;
-  wc.arrivals = opt.arrivals;
-  wc.arrival_rate = opt.rate;
-  std::printf("workload: %s\n", wc.describe().c_str());
-
-  samples::Verifier verifier(ex, opt.seed);
-  const kernels::SyntheticFrontArgs front_layers = samples::front_layers(ex);  // view lookups once, not per step
-  memory::DeviceBuffer checksum(sizeof(std::uint64_t));
-  SPG_CUDA_TRY(cudaMemset(checksum.data(), 0, sizeof(std::uint64_t)));
-  constexpr int kRing = 64;  // GPU-time events: read back 64 chunks later, never waited on early
-  std::vector<memory::Event> ev_start;
-  std::vector<memory::Event> ev_stop;
-  for (int i = 0; i < kRing; ++i) {
-    ev_start.emplace_back();
-    ev_stop.emplace_back();
-  }
-  std::vector<double> host_us;
-  std::vector<double> step_host_us;
-  std::vector<double> gpu_us;
-  std::vector<int> verify_at;
-  long long chunks = 0;
-  long long tokens = 0;
-  long long padded = 0;
-  long long graph_hits = 0;
-  long long eager_runs = 0;
-  long long finished = 0;
-  double waited_us = 0;
-  std::int64_t next_id = 0;
-  int batch = 0;
-  const long verify_every = opt.verify > 0 ? std::max<long>(1, opt.steps / opt.verify) : 0;
-  Progress progress(opt.steps, opt.progress);
-
-  if (counter != nullptr) counter->reset();
-  const auto t_start = std::chrono::steady_clock::now();
-  for (long step = 0; step < opt.steps; ++step) {
-    const auto s0 = std::chrono::steady_clock::now();
-    if (sched.done()) {
-      wc.seed = opt.seed * 1000003ULL + static_cast<std::uint64_t>(batch++);
-      wc.first_step = sched.next_step();
-      auto reqs = scheduler::make_workload(wc);
-      for (auto& r : reqs) r.id = next_id++;
-      sched.submit(reqs);
-    }
-    const scheduler::StepPlan plan = sched.schedule();
-    finished += static_cast<long long>(plan.finished.size());
-    for (const scheduler::ChunkPlan& cp : plan.chunks) {
-      const graphs::ChunkInput& input = cp.input(!opt.derive_slots);
-      const kernels::SyntheticFrontArgs front =
-          samples::make_front_args(front_layers, cp, opt.seed, static_cast<std::uint64_t>(chunks));
-      const bool verify_this = verify_every > 0 && step % verify_every == 0 &&
-                               static_cast<int>(verify_at.size()) < opt.verify && cp.num_tokens > 0;
-      if (verify_this) verifier.before(cp);
-      SPG_CUDA_TRY(kernels::SyntheticFront::run(front, ex.stream()));
-      const int slot = static_cast<int>(chunks % kRing);
-      if (chunks >= kRing) {
-        ev_stop[static_cast<std::size_t>(slot)].synchronize();
-        gpu_us.push_back(1000.0 * ev_stop[static_cast<std::size_t>(slot)].elapsed_ms_since(ev_start[static_cast<std::size_t>(slot)]));
-      }
-      ev_start[static_cast<std::size_t>(slot)].record(ex.stream());
-      const auto h0 = std::chrono::steady_clock::now();
-      graphs::RunResult r = opt.eager ? ex.run_eager(input) : ex.run(input);
-      const auto h1 = std::chrono::steady_clock::now();
-      if (r.status == graphs::RunStatus::no_bucket && !opt.eager) {
-        r = ex.run_eager(input);  // never expected: the largest bucket is the chunk limit
-        ++eager_runs;
-      } else if (!opt.eager) {
-        ++graph_hits;
-      } else {
-        ++eager_runs;
-      }
-      if (!r.ok()) {
-        std::fprintf(stderr, "serve_loop: step %ld chunk failed: %s (%s)", step, graphs::run_status_name(r.status),
-                     cudaGetErrorName(r.cuda));
-        if (r.status == graphs::RunStatus::bad_chunk) {
-          std::fprintf(stderr, ": request %d, %s: %s", r.bad_request, r.bad_field != nullptr ? r.bad_field : "?",
-                       r.bad_reason != nullptr ? r.bad_reason : "?");
-        }
-        std::fprintf(stderr, "\n");
-        return 1;
-      }
-      ev_stop[static_cast<std::size_t>(slot)].record(ex.stream());
-      // Host work only: a wait for the device to free a staging block is the device's time.
-      host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() - r.waited_us);
-      waited_us += r.waited_us;
-      padded += ex.buckets().t_of(r.bucket) - cp.num_tokens;
-      tokens += cp.num_tokens;
-      if (opt.checksum) {
-        const int t_bucket = ex.buckets().t_of(r.bucket);
-        for (std::size_t l = 0; l < config.layers.size(); ++l) {
-          const auto& layer = config.layers[l];
-          const graphs::LayerBuffers& v = ex.layer(l);
-          const std::size_t rows = std::size_t{1} * t_bucket * layer.h_q;
-          auto* acc = static_cast<std::uint64_t*>(checksum.data());
-          const auto salt = static_cast<std::uint64_t>(chunks) << 32 | l << 8;
-          SPG_CUDA_TRY(kernels::Checksum::accumulate(v.out.data_handle(), rows * 1024, salt, acc, ex.stream()));
-          SPG_CUDA_TRY(kernels::Checksum::accumulate(v.lse.data_handle(), rows * 4, salt + 1, acc, ex.stream()));
-          SPG_CUDA_TRY(kernels::Checksum::accumulate(v.max_logits.data_handle(), rows * 4, salt + 2, acc, ex.stream()));
-        }
-      }
-      if (verify_this) {
-        verifier.after(cp, r.bucket, static_cast<std::uint64_t>(chunks));
-        verify_at.push_back(static_cast<int>(step));
-      }
-      ++chunks;
-    }
-    step_host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count());
-    progress.update(step + 1);
-  }
-  ex.synchronize();
-  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  for (long long c = std::max<long long>(0, chunks - kRing); c < chunks; ++c) {
-    const auto slot = static_cast<std::size_t>(c % kRing);
-    gpu_us.push_back(1000.0 * ev_stop[slot].elapsed_ms_since(ev_start[slot]));
-  }
-  const std::uint64_t allocations = counter != nullptr ? counter->count() : 0;
-  const kernels::RunFaults faults = ex.read_run_faults();
-
-  const double tokens_per_s = static_cast<double>(tokens) / wall_s;
-  const double waste = tokens > 0 ? static_cast<double>(padded) / static_cast<double>(tokens) : 0.0;
-  std::printf("\n== serve_loop report (%s mode) ==\n", opt.eager ? "eager" : "graph");
-  std::printf("  steps                      %ld (%lld chunks, %lld requests finished)\n", opt.steps, chunks, finished);
-  std::printf("  prompt tokens              %lld in %.2f s: %.0f tokens/s\n", tokens, wall_s, tokens_per_s);
-  std::printf("  host time per chunk launch p50 %.2f us, p99 %.2f us (executor run(), waits excluded)\n", percentile(host_us, 0.5), percentile(host_us, 0.99));
-  std::printf("  host time per step         p50 %.2f us, p99 %.2f us (scheduler + model front + launches,\n"
-              "                             waits for the device included)\n",
-              percentile(step_host_us, 0.5), percentile(step_host_us, 0.99));
-  std::printf("  host waits for the device  %llu of %lld launches, %.2f s in all (the GPU is the bottleneck)\n",
-              static_cast<unsigned long long>(ex.host_waits()), chunks, waited_us / 1e6);
-  std::printf("  GPU time per chunk         p50 %.1f us, p99 %.1f us\n", percentile(gpu_us, 0.5), percentile(gpu_us, 0.99));
-  std::printf("  graph hits / eager runs    %lld / %lld\n", graph_hits, eager_runs);
-  std::printf("  padding waste              %.2f%% (%lld padded / %lld real tokens)\n", 100 * waste, padded, tokens);
-  if (counter != nullptr) {
-    std::printf("  CUDA allocation calls      %llu after warm-up (CUPTI, %d callbacks watched; host times include\n"
-                "                             CUPTI's cost: --no-alloc-count for clean ones)\n",
-                static_cast<unsigned long long>(allocations), counter->watched_callbacks());
-  } else {
-    std::printf("  CUDA allocation calls      not counted (--no-alloc-count)\n");
-  }
-  std::printf("  pool                       %.2f GiB device, %.1f KiB pinned; graphs %.1f MiB; capture %.1f ms\n",
-              static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
-              static_cast<double>(warm.graph_device_bytes) / (1 << 20), warm.capture_ms);
-  std::printf("  device faults (whole run)  %llu in %llu steps", static_cast<unsigned long long>(faults.total()),
-              static_cast<unsigned long long>(faults.faulty_steps));
-  if (faults.total() > 0) {
-    std::printf(" (");
-    for (int k = 0; k < kernels::kFaultKinds; ++k) {
-      std::printf("%s%s %llu", k ? ", " : "", kernels::fault_name(static_cast<kernels::Fault>(k)),
-                  static_cast<unsigned long long>(faults.counts[k]));
-    }
-    std::printf("; first: %s, request %d, position %d, value %d)%s",
-                kernels::fault_name(static_cast<kernels::Fault>(faults.first.kind)), faults.first.request,
-                faults.first.position, faults.first.value, opt.allow_faults ? " (--allow-faults)" : "");
-  }
-  std::printf("\n");
-  if (opt.checksum) {
-    std::uint64_t sum = 0;
-    SPG_CUDA_TRY(cudaMemcpy(&sum, checksum.data(), sizeof sum, cudaMemcpyDeviceToHost));
-    std::printf("  output checksum            %016llx\n", static_cast<unsigned long long>(sum));
-  }
-  if (opt.verify > 0) {
-    std::printf("  verified chunks            %d passed, %d failed\n", verifier.passed(), verifier.failed());
-  }
-
-  if (!opt.json.empty()) {
-    bench::Reporter rep;
-    // Runs without the allocation counter are the ones whose host times are clean (no CUPTI).
-    const std::string name = counter != nullptr ? "serve_loop/default" : "serve_loop/no-cupti";
-    const std::string variant =
-        std::string(opt.eager ? "spgraph-eager" : "spgraph-graph") + (opt.engine_buffers ? "-engine-buffers" : "");
-    auto add = [&](const char* metric, double v) { rep.add({"executor", name, variant, metric, v}); };
-    add("steps", static_cast<double>(opt.steps));
-    add("tokens_per_s", tokens_per_s);
-    add("host_us_p50", percentile(host_us, 0.5));
-    add("host_us_p99", percentile(host_us, 0.99));
-    add("step_host_us_p50", percentile(step_host_us, 0.5));
-    add("step_host_us_p99", percentile(step_host_us, 0.99));
-    add("host_waits", static_cast<double>(ex.host_waits()));
-    add("gpu_us_p50", percentile(gpu_us, 0.5));
-    add("gpu_us_p99", percentile(gpu_us, 0.99));
-    add("graph_hits", static_cast<double>(graph_hits));
-    add("eager_runs", static_cast<double>(eager_runs));
-    add("padding_waste", waste);
-    if (counter != nullptr) add("alloc_calls", static_cast<double>(allocations));
-    add("capture_ms", warm.capture_ms);
-    add("graph_mib", static_cast<double>(warm.graph_device_bytes) / (1 << 20));
-    add("pool_gib", static_cast<double>(warm.pool_device_bytes) / (1 << 30));
-    if (opt.verify > 0) add("verify_failed", verifier.failed());
-    add("device_faults", static_cast<double>(faults.total()));
-    const char* commit = std::getenv("SPGRAPH_COMMIT");
-    rep.write_json(opt.json, commit != nullptr ? commit : "unknown", today());
-  }
-  if (faults.total() > 0 && !opt.allow_faults) {
+  // 3. The report: what the run measured, and whether it kept its promises.
+  Report report{opt, loop.stats(), warm};
+  report.host_waits = ex.host_waits();
+  report.counter = counter;
+  report.allocations = counter != nullptr ? counter->count() : 0;
+  report.faults = ex.read_run_faults();
+  if (opt.checksum) report.checksum = loop.checksum();
+  report.verified_passed = loop.verifier().passed();
+  report.verified_failed = loop.verifier().failed();
+  print_report(report);
+  if (!opt.json.empty()) write_json(report);
+  if (report.faults.total() > 0 && !opt.allow_faults) {
     std::fprintf(stderr, "serve_loop: the device counted %llu faults over the run (--allow-faults to accept them)\n",
-                 static_cast<unsigned long long>(faults.total()));
+                 static_cast<unsigned long long>(report.faults.total()));
   }
-  const bool ok = allocations == 0 && verifier.failed() == 0 && (faults.total() == 0 || opt.allow_faults);
+  const bool ok = report.allocations == 0 && report.verified_failed == 0 && (report.faults.total() == 0 || opt.allow_faults);
   return ok ? 0 : 1;
 }
 

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "graphs/executor.hpp"
+#include "kernels/reference/kv_cache_reference.hpp"
+#include "kernels/reference/sparse_mla_reference.hpp"
 #include "kernels/synthetic_front/synthetic_front.hpp"
 #include "memory/pipeline_config.hpp"
 #include "scheduler/chunk_plan.hpp"
@@ -45,6 +47,18 @@ class Verifier {
     std::vector<std::uint8_t> bytes;        // compact cache: blocks.size() x stride
   };
   Snapshot snapshot(std::size_t layer, bool compressed, const std::vector<std::int32_t>& blocks) const;
+  /// The chunk's sampled tokens (draws from rng_).
+  std::vector<int> sample_tokens(int num_tokens);
+  /// Checks layer `l`'s cache after the insert stage against `before` plus the CPU insert (which
+  /// `before` then holds); clears `ok` on a mismatch. Returns the compact layout of `before`.
+  kernels::CacheLayout check_insert(std::size_t l, Snapshot& before, bool compressed,
+                                    const scheduler::ChunkCachePlan& cache, std::uint64_t step, bool& ok) const;
+  /// The device's outputs of layer `l` at `tokens` against the reference's `want`.
+  bool outputs_match(std::size_t l, const std::vector<int>& tokens, const kernels::reference::SparseMlaReferenceOutputs& want,
+                     const kernels::reference::FaultLog& log, std::uint64_t step) const;
+  /// Insert, then gather, combine and attention of layer `l` on the sampled tokens.
+  bool verify_layer(const scheduler::ChunkPlan& plan, std::size_t l, int bucket, const std::vector<int>& tokens,
+                    std::uint64_t step);
 
   graphs::Executor& ex_;
   std::uint64_t seed_;

@@ -68,9 +68,7 @@ void CombineIndices::can_implement(const CombineIndicesArgs& a) {
   SPG_EXPECTS(a.lens != nullptr, "lens is null");
 }
 
-std::size_t CombineIndices::workspace_bytes(const CombineIndicesArgs& /*args*/) noexcept { return 0; }
-
-cudaError_t CombineIndices::run(const CombineIndicesArgs& a, void* /*workspace*/, cudaStream_t stream) noexcept {
+cudaError_t CombineIndices::run(const CombineIndicesArgs& a, cudaStream_t stream) noexcept {
   const detail::CombineParams p{a.compress_ratio > 1 ? a.topk_indices : nullptr,
                                 a.compress_ratio > 1 ? a.top_k : 0,
                                 a.compress_ratio,

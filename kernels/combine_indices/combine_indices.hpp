@@ -69,10 +69,9 @@ struct CombineIndices {
   ///         range; null or misaligned pointers; in a standalone call, N or M given by value with
   ///         N < 0, N > M or M * requests_bucket past 2^31 - 1).
   static void can_implement(const CombineIndicesArgs& args);
-  static std::size_t workspace_bytes(const CombineIndicesArgs& args) noexcept;
-  /// Launches the kernel (one warp per token of the bucket); allocates and syncs nothing.
-  /// Returns cudaGetLastError() after the launch.
-  static cudaError_t run(const CombineIndicesArgs& args, void* workspace, cudaStream_t stream) noexcept;
+  /// Launches the kernel (one warp per token of the bucket); needs no workspace, allocates and
+  /// syncs nothing. Returns cudaGetLastError() after the launch.
+  static cudaError_t run(const CombineIndicesArgs& args, cudaStream_t stream) noexcept;
 };
 
 }  // namespace spg::kernels

@@ -80,9 +80,7 @@ void KvInsert::can_implement(const KvInsertArgs& a) {
   }
 }
 
-std::size_t KvInsert::workspace_bytes(const KvInsertArgs& /*args*/) noexcept { return 0; }
-
-cudaError_t KvInsert::run(const KvInsertArgs& a, void* /*workspace*/, cudaStream_t stream) noexcept {
+cudaError_t KvInsert::run(const KvInsertArgs& a, cudaStream_t stream) noexcept {
   const detail::InsertParams p{a.rows,
                                a.slot_mapping,
                                a.num_rows,
@@ -138,9 +136,7 @@ void KvGather::can_implement(const KvGatherArgs& a) {
   }
 }
 
-std::size_t KvGather::workspace_bytes(const KvGatherArgs& /*args*/) noexcept { return 0; }
-
-cudaError_t KvGather::run(const KvGatherArgs& a, void* /*workspace*/, cudaStream_t stream) noexcept {
+cudaError_t KvGather::run(const KvGatherArgs& a, cudaStream_t stream) noexcept {
   detail::GatherParams p{};
   // A single-part launch reads `cache` through both sources; only the part's rows are counted.
   p.compressed = source(a.cache, a.layout, a.block_table, a.block_table_stride);

@@ -109,9 +109,9 @@ struct KvInsert {
   ///         seq_lens or num_requests, block_table_stride < 1, requests_bucket outside
   ///         [1, kMaxRequestsBucket], compress_ratio not 1, 4 or 128).
   static void can_implement(const KvInsertArgs& args);
-  static std::size_t workspace_bytes(const KvInsertArgs& args) noexcept;
-  /// Launches the kernel; allocates and syncs nothing. Returns cudaGetLastError() after the launch.
-  static cudaError_t run(const KvInsertArgs& args, void* workspace, cudaStream_t stream) noexcept;
+  /// Launches the kernel; needs no workspace, allocates and syncs nothing. Returns
+  /// cudaGetLastError() after the launch.
+  static cudaError_t run(const KvInsertArgs& args, cudaStream_t stream) noexcept;
 };
 
 /// Which rows of each request a gather writes (docs/pipeline.md, stages 1 and 2).
@@ -168,10 +168,9 @@ struct KvGather {
   ///         a block table stride < 1, a bad layout; in a standalone call, window_offset outside
   ///         [0, max_rows_per_request]).
   static void can_implement(const KvGatherArgs& args);
-  static std::size_t workspace_bytes(const KvGatherArgs& args) noexcept;
   /// Launches the kernel (a persistent grid sized from the SM count and the static bounds);
-  /// allocates and syncs nothing. Returns cudaGetLastError() after the launch.
-  static cudaError_t run(const KvGatherArgs& args, void* workspace, cudaStream_t stream) noexcept;
+  /// needs no workspace, allocates and syncs nothing. Returns cudaGetLastError() after the launch.
+  static cudaError_t run(const KvGatherArgs& args, cudaStream_t stream) noexcept;
 };
 
 }  // namespace spg::kernels

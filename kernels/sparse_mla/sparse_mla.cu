@@ -96,24 +96,29 @@ std::size_t plan_workspace(const SparseMlaArgs& a, const SparseMlaPlan& plan) no
          round_up(rows * static_cast<std::size_t>(plan.num_splits) * sizeof(float2), kWorkspaceAlign);
 }
 
-// The wgmma or the mma.sync kernel (each runs single passes and split slices alike): its
-// shared-memory opt-in is made once per device, not on every launch.
+// The wgmma or the mma.sync kernel (each runs single passes and split slices alike) for one d_qk:
+// its launch, and its shared-memory opt-in, made once per device.
 template <int D, bool kWgmma>
-cudaError_t launch_attention(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
-                             const DeviceInfo& info, cudaStream_t stream) noexcept {
-  static std::atomic<std::uint64_t> smem_allowed{0};
-  constexpr int smem = kWgmma ? detail::WgmmaSmem<D>::kAlloc : detail::MlaSmem<D>::kBytes;
-  const void* kernel = kWgmma ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D>)
-                              : reinterpret_cast<const void*>(&detail::sparse_mla_kernel<D>);
-  const cudaError_t status = allow_dynamic_smem_once(kernel, smem, info, smem_allowed);
-  if (status != cudaSuccess) return status;
-  if constexpr (kWgmma) {
-    detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, smem, stream>>>(p, out_map);
-  } else {
-    detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, smem, stream>>>(p);
+struct AttentionKernel {
+  static constexpr int kSmem = kWgmma ? detail::WgmmaSmem<D>::kAlloc : detail::MlaSmem<D>::kBytes;
+
+  static cudaError_t allow_smem(const DeviceInfo& info) noexcept {
+    static std::atomic<std::uint64_t> smem_allowed{0};
+    const void* kernel = kWgmma ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D>)
+                                : reinterpret_cast<const void*>(&detail::sparse_mla_kernel<D>);
+    return allow_dynamic_smem_once(kernel, kSmem, info, smem_allowed);
   }
-  return cudaGetLastError();
-}
+
+  static cudaError_t launch(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
+                            cudaStream_t stream) noexcept {
+    if constexpr (kWgmma) {
+      detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, kSmem, stream>>>(p, out_map);
+    } else {
+      detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, kSmem, stream>>>(p);
+    }
+    return cudaGetLastError();
+  }
+};
 
 /// cuTensorMapEncodeTiled, taken from the driver through the runtime once (spgraph does not link
 /// libcuda); null where the driver does not provide it.
@@ -225,16 +230,34 @@ SparseMlaPlan SparseMla::plan(const SparseMlaArgs& args) {
 
 std::size_t SparseMla::workspace_bytes(const SparseMlaArgs& args) { return plan_workspace(args, plan(args)); }
 
-cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t stream) noexcept {
-  DeviceInfo info;
-  cudaError_t status = current_device_info(info);
-  if (status != cudaSuccess) return status;
+/// Everything the launches of one call need, built once.
+struct SparseMlaLaunch::Prepared {
+  SparseMlaPlan plan;
+  detail::SparseMlaParams params{};
+  CUtensorMap out_map{};  // the single pass's TMA stores of out; the other kernels ignore it
+  unsigned grid{0};
+  detail::SparseMlaMergeParams merge{};
+  unsigned merge_grid{0};
+  cudaError_t (*allow_smem)(const DeviceInfo&) noexcept {nullptr};
+  cudaError_t (*attention)(const detail::SparseMlaParams&, const CUtensorMap&, unsigned, cudaStream_t) noexcept {nullptr};
+};
+
+namespace {
+
+/// Builds the launches of `a` on the device `info` describes (the plan, the kernels' parameters,
+/// out's descriptor, the grids, the kernel); launches nothing. Returns what run() returns for an
+/// impossible call: cudaErrorInvalidValue (workspace), cudaErrorInvalidDevice (a wgmma kernel off
+/// compute capability 9.0), cudaErrorNotSupported / cudaErrorInvalidValue (out's descriptor).
+cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const DeviceInfo& info,
+                    SparseMlaLaunch::Prepared& out) noexcept {
   const int sms = info.sms;
   const SparseMlaPlan plan = make_plan(a, sms);
   if (plan.split && (workspace == nullptr || !aligned(workspace, kWorkspaceAlign))) return cudaErrorInvalidValue;
   if (is_wgmma(plan.kernel) && !runs_wgmma(info)) return cudaErrorInvalidDevice;
+  out.plan = plan;
 
-  detail::SparseMlaParams p{};
+  detail::SparseMlaParams& p = out.params;
+  p = detail::SparseMlaParams{};
   p.q = a.q;
   p.kv = a.kv;
   p.kv_row_stride = a.kv_row_stride;
@@ -255,9 +278,9 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   p.write_partials = plan.split;
   p.q_token_stride = resolved_stride(a.q_token_stride, std::int64_t{a.h_q} * a.d_qk);
   p.out_token_stride = resolved_stride(a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
-  CUtensorMap out_map{};  // the single pass's TMA stores of out; the other kernels ignore it
+  out.out_map = CUtensorMap{};
   if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
-    status = encode_out_map(out_map, a.out, a.h_q, a.s_q, p.out_token_stride);
+    const cudaError_t status = encode_out_map(out.out_map, a.out, a.h_q, a.s_q, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
   if (plan.split) {
@@ -268,38 +291,90 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   // can_implement bounds the number of items by 2^31 - 1.
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
   p.num_items = static_cast<int>(items);
-  // wgmma: one CTA per item on a 1-D grid (CTAs that run several items in a row, loading the next
-  // item's Q and first blocks while the current one finishes, measured 2-12% slower). One CTA fits
-  // an SM, so the CTA that takes an SM after this one is about `sms` items on: each CTA prefetches
-  // that CTA's Q rows into L2. mma.sync: persistent CTAs, one per SM (the shared memory admits
-  // one), each walking a stride of items.
+  // wgmma: one CTA per item on a 1-D grid (the designs measured against it: docs/benchmark_history.md).
+  // One CTA fits an SM, so the CTA that takes an SM after this one is about `sms` items on: each CTA
+  // prefetches that CTA's Q rows into L2. mma.sync: persistent CTAs, one per SM (the shared memory
+  // admits one), each walking a stride of items.
   const bool wgmma = is_wgmma(plan.kernel);
-  const auto grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
+  out.grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
   p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks
-  const auto launch = [&](auto wgmma_tag) {
+  const auto pick = [&](auto wgmma_tag) {
     constexpr bool kWgmma = decltype(wgmma_tag)::value;
-    return a.d_qk == 512 ? launch_attention<512, kWgmma>(p, out_map, grid, info, stream)
-                         : launch_attention<576, kWgmma>(p, out_map, grid, info, stream);
+    if (a.d_qk == 512) {
+      out.allow_smem = &AttentionKernel<512, kWgmma>::allow_smem;
+      out.attention = &AttentionKernel<512, kWgmma>::launch;
+    } else {
+      out.allow_smem = &AttentionKernel<576, kWgmma>::allow_smem;
+      out.attention = &AttentionKernel<576, kWgmma>::launch;
+    }
   };
-  status = wgmma ? launch(std::true_type{}) : launch(std::false_type{});
-  if (status != cudaSuccess || !plan.split) return status;
+  wgmma ? pick(std::true_type{}) : pick(std::false_type{});
 
-  detail::SparseMlaMergeParams m{};
-  m.part_o = p.part_o;
-  m.part_ml = p.part_ml;
-  m.attn_sink = a.attn_sink;
-  m.num_splits = plan.num_splits;
-  m.s_q = a.s_q;
-  m.h_q = a.h_q;
-  m.out = a.out;
-  m.out_token_stride = p.out_token_stride;
-  m.max_logits = a.max_logits;
-  m.lse = a.lse;
-  constexpr int rows_per_cta = detail::kMlaMergeThreads / 32;
-  const std::int64_t rows = std::int64_t{a.s_q} * a.h_q;
-  const auto merge_grid = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);
-  detail::sparse_mla_merge_kernel<<<merge_grid, detail::kMlaMergeThreads, 0, stream>>>(m);
+  detail::SparseMlaMergeParams& m = out.merge;
+  m = detail::SparseMlaMergeParams{};
+  out.merge_grid = 0;
+  if (plan.split) {
+    m.part_o = p.part_o;
+    m.part_ml = p.part_ml;
+    m.attn_sink = a.attn_sink;
+    m.num_splits = plan.num_splits;
+    m.s_q = a.s_q;
+    m.h_q = a.h_q;
+    m.out = a.out;
+    m.out_token_stride = p.out_token_stride;
+    m.max_logits = a.max_logits;
+    m.lse = a.lse;
+    constexpr int rows_per_cta = detail::kMlaMergeThreads / 32;
+    const std::int64_t rows = std::int64_t{a.s_q} * a.h_q;
+    out.merge_grid = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_prepared(const SparseMlaLaunch::Prepared& l, cudaStream_t stream) noexcept {
+  const cudaError_t status = l.attention(l.params, l.out_map, l.grid, stream);
+  if (status != cudaSuccess || !l.plan.split) return status;
+  detail::sparse_mla_merge_kernel<<<l.merge_grid, detail::kMlaMergeThreads, 0, stream>>>(l.merge);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+const SparseMlaPlan& SparseMlaLaunch::plan() const noexcept {
+  static const SparseMlaPlan none{};
+  return prepared_ != nullptr ? prepared_->plan : none;
+}
+
+cudaError_t SparseMlaLaunch::run(cudaStream_t stream) const noexcept {
+  if (prepared_ == nullptr) return cudaErrorInvalidValue;
+  return launch_prepared(*prepared_, stream);
+}
+
+SparseMlaLaunch SparseMla::initialize(const SparseMlaArgs& a, void* workspace) {
+  can_implement(a);
+  const SparseMlaPlan planned = plan(a);  // refuses a wgmma kernel off compute capability 9.0
+  SPG_EXPECTS(!planned.split || (workspace != nullptr && aligned(workspace, kWorkspaceAlign)),
+              "workspace = " << workspace << " must be non-null and " << kWorkspaceAlign << "-byte aligned, holding "
+                             << plan_workspace(a, planned) << " bytes: the plan splits the top-k range into "
+                             << planned.num_splits << " slices");
+  DeviceInfo info;
+  SPG_CUDA_TRY(current_device_info(info));
+  std::shared_ptr<SparseMlaLaunch::Prepared> prepared(new SparseMlaLaunch::Prepared{});
+  SPG_CUDA_TRY(prepare(a, workspace, info, *prepared));
+  SPG_CUDA_TRY(prepared->allow_smem(info));
+  return SparseMlaLaunch(std::move(prepared));
+}
+
+cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t stream) noexcept {
+  DeviceInfo info;
+  cudaError_t status = current_device_info(info);
+  if (status != cudaSuccess) return status;
+  SparseMlaLaunch::Prepared prepared;
+  status = prepare(a, workspace, info, prepared);
+  if (status != cudaSuccess) return status;
+  status = prepared.allow_smem(info);
+  if (status != cudaSuccess) return status;
+  return launch_prepared(prepared, stream);
 }
 
 }  // namespace spg::kernels

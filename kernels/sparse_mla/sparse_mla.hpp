@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace spg::kernels {
 
@@ -105,6 +106,32 @@ struct SparseMlaPlan {
   SparseMlaKernel kernel{SparseMlaKernel::wgmma_single_pass};  ///< what run() launches
 };
 
+/// @brief One sparse MLA call prepared for repeated launches (SparseMla::initialize): its plan, the
+///        kernels' parameters with the workspace carved, out's TMA descriptor encoded and the grids
+///        sized, for the device current at initialize(). Copies share one immutable preparation.
+class SparseMlaLaunch {
+ public:
+  SparseMlaLaunch() = default;  ///< empty: run() launches nothing
+  [[nodiscard]] bool empty() const noexcept { return prepared_ == nullptr; }
+  /// The plan it launches (a default plan when empty).
+  [[nodiscard]] const SparseMlaPlan& plan() const noexcept;
+  /// Launches the prepared kernel(s) on `stream` and nothing else: no device query, no planning,
+  /// no descriptor encoding, no allocation, no sync; safe under capture. Launch on the device that
+  /// was current at initialize(), while the buffers of its arguments live. Returns
+  /// cudaGetLastError() after the launches; cudaErrorInvalidValue without launching when empty.
+  [[nodiscard]] cudaError_t run(cudaStream_t stream) const noexcept;
+
+  struct Prepared;  // defined by the launcher (sparse_mla.cu)
+
+ private:
+  friend struct SparseMla;
+  explicit SparseMlaLaunch(std::shared_ptr<const Prepared> prepared) noexcept : prepared_(std::move(prepared)) {}
+  std::shared_ptr<const Prepared> prepared_;
+};
+
+/// The op, in CUTLASS's order: can_implement(args) -> workspace_bytes(args) -> initialize(args,
+/// workspace) once -> SparseMlaLaunch::run(stream) per launch. run(args, workspace, stream) does
+/// all of it in one call (plan, descriptor and launch on every call), for one-off launches.
 struct SparseMla {
   /// @brief Checks the arguments against what the kernels implement.
   /// @throws InvalidArgument naming the first argument out of bounds: a null pointer, h_q not 64
@@ -127,6 +154,16 @@ struct SparseMla {
   /// @brief Workspace run() needs: the split-top-k partials (fp32), 0 for the single passes.
   /// @throws CudaError, InvalidArgument as plan().
   static std::size_t workspace_bytes(const SparseMlaArgs& args);
+
+  /// @brief Prepares the call for repeated launches: checks the arguments (can_implement), plans
+  ///        on the current device (plan), carves `workspace` (workspace_bytes(args) bytes, 256-byte
+  ///        aligned; may be null when that is 0), builds the kernels' parameters and grids, encodes
+  ///        out's TMA descriptor (the wgmma single pass) and raises the kernel's shared-memory limit
+  ///        on the device. The launch keeps the argument's pointers, not the arguments.
+  /// @throws InvalidArgument as can_implement and plan, or for a null or misaligned workspace
+  ///         where the plan needs one; CudaError when the device cannot be queried or configured,
+  ///         the driver lacks cuTensorMapEncodeTiled or it rejects out's descriptor.
+  static SparseMlaLaunch initialize(const SparseMlaArgs& args, void* workspace);
 
   /// @brief Launches the kernel(s) of plan(args) on `stream`; allocates, syncs and validates
   ///        nothing (call can_implement and plan first), so it can be captured. `workspace` must

@@ -291,8 +291,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) sparse_mla_kernel(const Sparse
           }
         }
       };
-      // Issued here rather than after the S tile (where warps wait at the max exchange): that
-      // left too little time to hide the gather and measured 1.5 % slower.
+      // Issued before the S tile, so the gather has the whole tile to hide behind
+      // (docs/benchmark_history.md).
       issue_next();
       const std::uint32_t st = sbase + L::kOffStage + stage * L::kStageBytes;
 

@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // ------------------------------------------------------------------ producer
     regs_decrease<kWgmmaProducerRegs>();
 #ifdef SPGRAPH_WGMMA_PREFETCH_OUT_MAP
-    // A/B switch, off (issue 15 round 3, docs/benchmarks.md): the out map's descriptor fetched at
+    // A/B switch, off (issue 15 round 3, docs/benchmark_history.md): the out map's descriptor fetched at
     // the start rather than at the epilogue's first store (the split kernels pass no map).
     // Measured within the spread; kept as a switch for a longer A/B.
     if (x == 0 && !p.write_partials) prefetch_tensormap(&out_map);
@@ -261,8 +261,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       // Past this CTA's start, and about five pairs before its end: the Q rows of the CTA that
       // takes an SM next go to L2 (64 KB, one bulk prefetch), so the CTAs of a wave, which start
-      // together, do not all wait for Q from HBM at once. (Issued at the CTA's start, where it
-      // shares HBM with the wave's own Q loads, it measured slower.)
+      // together, do not all wait for Q from HBM at once (docs/benchmark_history.md).
       if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
         const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
         if (next < p.num_items) {

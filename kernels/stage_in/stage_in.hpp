@@ -1,7 +1,7 @@
 // Stage-in: the first node of every step. One kernel copies the step's metadata block from the
 // pinned staging block (host memory the device reads over the bus) to its device block, adds the
 // previous step's fault counters into the run's totals and zeroes them (kernels/step_status.hpp). A graph launch costs the host about 1.2 us less with this one kernel
-// node than with a copy node and a memset node (docs/benchmarks.md, "Host time per step").
+// node than with a copy node and a memset node (docs/benchmarks.md, B, "Host time and CUPTI").
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -360,7 +360,7 @@ void combine_topk_swa_indices(nb::ndarray<> topk_indices_in, nb::ndarray<> query
   topk_indices.expect_cuda();
 
   const DeviceScope device(topk_indices.device_id());
-  check_launch(kernels::CombineIndices::run(a, nullptr, as_stream(stream)), "combine_topk_swa_indices");
+  check_launch(kernels::CombineIndices::run(a, as_stream(stream)), "combine_topk_swa_indices");
 }
 
 void quantize_and_insert_k_cache(nb::ndarray<> k_in, nb::ndarray<> k_cache_in, nb::ndarray<> slot_mapping_in,
@@ -389,7 +389,7 @@ void quantize_and_insert_k_cache(nb::ndarray<> k_in, nb::ndarray<> k_cache_in, n
   k.expect_cuda();
 
   const DeviceScope device(k.device_id());
-  check_launch(kernels::KvInsert::run(a, nullptr, as_stream(stream)), "quantize_and_insert_k_cache");
+  check_launch(kernels::KvInsert::run(a, as_stream(stream)), "quantize_and_insert_k_cache");
 }
 
 void dequantize_and_gather_k_cache(nb::ndarray<> out_in, nb::ndarray<> k_cache_in, nb::ndarray<> seq_lens_in,
@@ -443,7 +443,7 @@ void dequantize_and_gather_k_cache(nb::ndarray<> out_in, nb::ndarray<> k_cache_i
   out.expect_cuda();
 
   const DeviceScope device(out.device_id());
-  check_launch(kernels::KvGather::run(a, nullptr, as_stream(stream)), "dequantize_and_gather_k_cache");
+  check_launch(kernels::KvGather::run(a, as_stream(stream)), "dequantize_and_gather_k_cache");
 }
 
 }  // namespace

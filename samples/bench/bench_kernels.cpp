@@ -118,7 +118,7 @@ void fill_cache(std::uint8_t* cache, const CacheLayout& layout, const DeviceBuff
     const KvInsertArgs a{at<const __nv_bfloat16>(rows), at<const std::int32_t>(slots_d, std::size_t(first)),
                          at<const std::int32_t>(count), rows_count, cache, layout, status};
     KvInsert::can_implement(a);
-    SPG_CUDA_TRY(KvInsert::run(a, nullptr, stream));
+    SPG_CUDA_TRY(KvInsert::run(a, stream));
     SPG_CUDA_TRY(cudaStreamSynchronize(stream));
   }
 }
@@ -313,21 +313,21 @@ void measure_cache_kernels(Reporter& reporter, const ClockWarmer& warmer, cudaSt
   const double bytes = w.compressed_bytes() + w.window_bytes();
 
   Timing t = time_launches(warmer, stream, kSets, [&](int set) {
-    SPG_CUDA_TRY(KvGather::run(w.both[std::size_t(set)], nullptr, stream));
+    SPG_CUDA_TRY(KvGather::run(w.both[std::size_t(set)], stream));
   });
   add_rates(reporter, name, t, bytes, copy_gbps);
   t = time_launches(warmer, stream, kSets, [&](int set) {
-    SPG_CUDA_TRY(KvGather::run(w.compressed[std::size_t(set)], nullptr, stream));
-    SPG_CUDA_TRY(KvGather::run(w.window[std::size_t(set)], nullptr, stream));
+    SPG_CUDA_TRY(KvGather::run(w.compressed[std::size_t(set)], stream));
+    SPG_CUDA_TRY(KvGather::run(w.window[std::size_t(set)], stream));
   });
   add_rate(reporter, name, "spgraph-two-launches", t.single_us, bytes, copy_gbps);
   add_rate(reporter, name, "spgraph-two-launches-back-to-back", t.back_to_back_us, bytes, copy_gbps);
   t = time_launches(warmer, stream, kSets, [&](int set) {
-    SPG_CUDA_TRY(KvGather::run(w.compressed[std::size_t(set)], nullptr, stream));
+    SPG_CUDA_TRY(KvGather::run(w.compressed[std::size_t(set)], stream));
   });
   add_rates(reporter, name + "/compressed", t, w.compressed_bytes(), copy_gbps);
   t = time_launches(warmer, stream, kSets, [&](int set) {
-    SPG_CUDA_TRY(KvGather::run(w.window[std::size_t(set)], nullptr, stream));
+    SPG_CUDA_TRY(KvGather::run(w.window[std::size_t(set)], stream));
   });
   add_rates(reporter, name + "/window", t, w.window_bytes(), copy_gbps);
   SPG_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -402,7 +402,7 @@ void measure_cache_kernels(Reporter& reporter, const ClockWarmer& warmer, cudaSt
       const KvInsertArgs a{at<const __nv_bfloat16>(row_sets[std::size_t(set)]), at<const std::int32_t>(slots_d),
                            at<const std::int32_t>(count), rows, at<std::uint8_t>(w.sets[0].swa_cache), w.swa_layout,
                            status};
-      SPG_CUDA_TRY(KvInsert::run(a, nullptr, stream));
+      SPG_CUDA_TRY(KvInsert::run(a, stream));
     });
     add_rates(reporter, "insert/large", t, rows * insert_row_bytes, copy_gbps);
   }
@@ -418,7 +418,7 @@ void measure_cache_kernels(Reporter& reporter, const ClockWarmer& warmer, cudaSt
       const KvInsertArgs a{at<const __nv_bfloat16>(big_sets[std::size_t(set)]), at<const std::int32_t>(big_slots_d),
                            at<const std::int32_t>(big_count), kBigRows,
                            at<std::uint8_t>(w.sets[std::size_t(1 + set)].swa_cache), w.swa_layout, status};
-      SPG_CUDA_TRY(KvInsert::run(a, nullptr, stream));
+      SPG_CUDA_TRY(KvInsert::run(a, stream));
     });
     add_rates(reporter, "insert/65536-rows", t, kBigRows * insert_row_bytes, copy_gbps);
   }
@@ -472,12 +472,12 @@ void measure_combine(Reporter& reporter, const ClockWarmer& warmer, cudaStream_t
       args.push_back(a);
     }
     const Timing t = time_launches(warmer, stream, w.sets, [&](int set) {
-      SPG_CUDA_TRY(CombineIndices::run(args[std::size_t(set)], nullptr, stream));
+      SPG_CUDA_TRY(CombineIndices::run(args[std::size_t(set)], stream));
     });
     SPG_CUDA_TRY(cudaStreamSynchronize(stream));
     check_no_faults(status, w.name);
     const int current = 0;
-    SPG_CUDA_TRY(CombineIndices::run(args[std::size_t(current)], nullptr, stream));
+    SPG_CUDA_TRY(CombineIndices::run(args[std::size_t(current)], stream));
     SPG_CUDA_TRY(cudaStreamSynchronize(stream));
 
     // Bytes from the reference's lens; and a check of the last output against the reference.

@@ -94,3 +94,24 @@ TEST_CASE("sparse_mla: can_implement bounds the q and out token strides", "[spar
   h64.q_token_stride = 32760;
   CHECK_THROWS_AS(k::SparseMla::can_implement(h64), spg::InvalidArgument);
 }
+
+TEST_CASE("sparse_mla: initialize checks the arguments before it asks the device", "[sparse_mla]") {
+  // No GPU here: an InvalidArgument naming the argument proves can_implement ran first (a device
+  // query would have thrown CudaError).
+  k::SparseMlaArgs a = shape_only_args(100, 128, 5, 128, 512);
+  a.h_q = 96;
+  try {
+    (void)k::SparseMla::initialize(a, nullptr);
+    FAIL("accepted");
+  } catch (const spg::InvalidArgument& e) {
+    CHECK(std::string(e.what()).find("h_q") != std::string::npos);
+  }
+}
+
+TEST_CASE("sparse_mla: an empty prepared launch launches nothing", "[sparse_mla]") {
+  const k::SparseMlaLaunch empty;
+  CHECK(empty.empty());
+  CHECK(empty.run(nullptr) == cudaErrorInvalidValue);
+  CHECK_FALSE(empty.plan().split);
+  CHECK(empty.plan().num_splits == 1);
+}

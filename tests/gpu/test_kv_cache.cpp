@@ -92,7 +92,6 @@ void run_insert_case(int block_size, int num_blocks, int rows_bucket, int rows_a
   args.layout = layout;
   args.status = status.get();
   KvInsert::can_implement(args);
-  REQUIRE(KvInsert::workspace_bytes(args) == 0);
 
   auto load = [&](const InsertStep& s) {
     cache.upload(initial);
@@ -112,14 +111,14 @@ void run_insert_case(int block_size, int num_blocks, int rows_bucket, int rows_a
     load(steps[0]);
     if (mode == LaunchMode::eager) {
       SPG_CUDA_TRY(reset(status.get(), stream.get()));
-      SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
+      SPG_CUDA_TRY(KvInsert::run(args, stream.get()));
       stream.synchronize();
       check(steps[0]);
       continue;
     }
     const test::CapturedLaunch graph(stream.get(), [&] {
       const cudaError_t e = reset(status.get(), stream.get());
-      return e != cudaSuccess ? e : KvInsert::run(args, nullptr, stream.get());
+      return e != cudaSuccess ? e : KvInsert::run(args, stream.get());
     });
     graph.replay(stream.get());
     check(steps[0]);
@@ -214,7 +213,6 @@ void run_gather_case(GatherSetup s) {
   args.kv = reinterpret_cast<__nv_bfloat16*>(kv.get());
   args.status = status.get();
   KvGather::can_implement(args);
-  REQUIRE(KvGather::workspace_bytes(args) == 0);
 
   const reference::CacheView window_view{window_cache_host.data(), window_layout, window_table_host.data(),
                                          s.window_stride};
@@ -239,14 +237,14 @@ void run_gather_case(GatherSetup s) {
     chunk.write(s.chunks[0]);
     if (mode == LaunchMode::eager) {
       SPG_CUDA_TRY(reset(status.get(), stream.get()));
-      SPG_CUDA_TRY(KvGather::run(args, nullptr, stream.get()));
+      SPG_CUDA_TRY(KvGather::run(args, stream.get()));
       stream.synchronize();
       check(s.chunks[0]);
       continue;
     }
     const test::CapturedLaunch graph(stream.get(), [&] {
       const cudaError_t e = reset(status.get(), stream.get());
-      return e != cudaSuccess ? e : KvGather::run(args, nullptr, stream.get());
+      return e != cudaSuccess ? e : KvGather::run(args, stream.get());
     });
     graph.replay(stream.get());
     check(s.chunks[0]);
@@ -352,7 +350,7 @@ TEST_CASE("insert derives SWA slots from the block table exactly as the explicit
   args.requests_bucket = r_bucket;
   KvInsert::can_implement(args);
   SPG_CUDA_TRY(reset(status.get(), stream.get()));
-  SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
+  SPG_CUDA_TRY(KvInsert::run(args, stream.get()));
   stream.synchronize();
 
   const reference::FaultLog log =
@@ -369,7 +367,7 @@ TEST_CASE("insert derives SWA slots from the block table exactly as the explicit
   unused_slots.upload(std::vector<std::int32_t>(std::size_t(rows_bucket), -1));
   flag.upload({0});
   SPG_CUDA_TRY(reset(status.get(), stream.get()));
-  SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
+  SPG_CUDA_TRY(KvInsert::run(args, stream.get()));
   stream.synchronize();
   CHECK(cache.download() == before);
   CHECK(status.download()[0].total() == 0);
@@ -379,7 +377,7 @@ TEST_CASE("insert derives SWA slots from the block table exactly as the explicit
   chunk.write(reference::make_host_chunk(query_lens, long_seq, 1, 128, r_bucket));
   flag.upload({1});
   SPG_CUDA_TRY(reset(status.get(), stream.get()));
-  SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
+  SPG_CUDA_TRY(KvInsert::run(args, stream.get()));
   stream.synchronize();
   const std::vector<StepStatus> st2 = status.download();
   CHECK(st2[0].count(Fault::seq_len) == 1);
@@ -439,7 +437,7 @@ TEST_CASE("insert rounds e4m3 midpoints to even as the reference does", "[gpu][k
                           rows_needed, cache.get(), layout, status.get()};
   KvInsert::can_implement(args);
   SPG_CUDA_TRY(reset(status.get(), stream.get()));
-  SPG_CUDA_TRY(KvInsert::run(args, nullptr, stream.get()));
+  SPG_CUDA_TRY(KvInsert::run(args, stream.get()));
   stream.synchronize();
   const reference::FaultLog log =
       expect_cache_after_insert(cache, initial, rows.data(), slots.data(), rows_needed, rows_needed, layout);
@@ -564,8 +562,8 @@ TEST_CASE("dequant(insert(x)) equals the reference's bytes dequantized, and is c
   KvInsert::can_implement(insert);
   KvGather::can_implement(gather);
   SPG_CUDA_TRY(reset(status.get(), stream.get()));
-  SPG_CUDA_TRY(KvInsert::run(insert, nullptr, stream.get()));
-  SPG_CUDA_TRY(KvGather::run(gather, nullptr, stream.get()));
+  SPG_CUDA_TRY(KvInsert::run(insert, stream.get()));
+  SPG_CUDA_TRY(KvGather::run(gather, stream.get()));
   stream.synchronize();
 
   std::vector<std::uint16_t> want(std::size_t(n) * kKvDim);

@@ -512,6 +512,44 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
   }
 }
 
+TEST_CASE("sparse_mla: the prepared launch (initialize, then run) writes what the one-shot run writes", "[gpu][sparse_mla]") {
+  spg::memory::Stream stream;
+  for (const int s_q : {16, 67}) {  // 16 tokens of 128 heads: automatic splits; 67: the single pass
+    const Problem p = make_problem({512, 128, 3001, 1152, s_q}, {.sink = true, .topk_length = true}, 9100 + s_q);
+    std::vector<k::SparseMlaPath> paths = kAllKernels;
+    paths.push_back(k::SparseMlaPath::automatic);
+    for (const k::SparseMlaPath path : paths) {
+      DeviceProblem d(p, path);
+      const Outputs once = run_mode(d, Mode::eager, stream.get());
+      const k::SparseMlaLaunch prepared = k::SparseMla::initialize(d.args, d.workspace.data());
+      REQUIRE_FALSE(prepared.empty());
+      const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
+      CHECK(prepared.plan().kernel == plan.kernel);
+      CHECK(prepared.plan().num_splits == plan.num_splits);
+      const std::string label = describe(p) + plan_name(plan);
+      for (const Mode mode : {Mode::eager, Mode::graph}) {
+        d.poison();
+        if (mode == Mode::eager) {
+          REQUIRE(prepared.run(stream.get()) == cudaSuccess);
+          SPG_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+        } else {
+          const spg::test::CapturedLaunch graph(stream.get(), [&] { return prepared.run(stream.get()); });
+          graph.replay(stream.get());
+        }
+        const Outputs got = download(d);
+        INFO(label << " " << mode_name(mode));
+        CHECK(got.out == once.out);
+        CHECK(std::memcmp(got.lse.data(), once.lse.data(), got.lse.size() * 4) == 0);
+        CHECK(std::memcmp(got.max_logits.data(), once.max_logits.data(), got.max_logits.size() * 4) == 0);
+      }
+      if (plan.split) {
+        INFO(label << ": a split plan without its workspace");
+        CHECK_THROWS_AS(k::SparseMla::initialize(d.args, nullptr), spg::InvalidArgument);
+      }
+    }
+  }
+}
+
 TEST_CASE("sparse_mla: one captured graph serves new per-step metadata", "[gpu][sparse_mla]") {
   spg::memory::Stream stream;
   for (const int s_q : {16, 301}) {  // 16 tokens of 128 heads picks the wgmma split, 301 the single pass
