@@ -41,6 +41,30 @@ int StepPlan::num_tokens() const noexcept {
   return n;
 }
 
+const graphs::StepInput& StepPlan::input() const {
+  request_inputs_.clear();
+  std::int64_t last_id = -1;
+  for (const ChunkPlan& c : chunks) {
+    const graphs::ChunkInput& in = c.input();
+    for (std::size_t b = 0; b < in.requests.size(); ++b) {
+      const graphs::RequestInput& r = in.requests[b];
+      // A request continues from one chunk into the next only as the last piece of the one and
+      // the first of the other (chunk_split.hpp): merging neighbours restores the request.
+      if (b == 0 && !request_inputs_.empty() && c.request_ids[b] == last_id) {
+        graphs::RequestInput& whole = request_inputs_.back();
+        const int query_len = whole.query_len + r.query_len;
+        whole = r;
+        whole.query_len = query_len;
+      } else {
+        request_inputs_.push_back(r);
+      }
+      last_id = c.request_ids[b];
+    }
+  }
+  input_.requests = request_inputs_;
+  return input_;
+}
+
 namespace {
 const memory::PipelineConfig& validated(const memory::PipelineConfig& pipeline) {
   pipeline.validate();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "graphs/chunk_split.hpp"
+#include "graphs/step.hpp"
 #include "memory/pipeline_config.hpp"
 #include "scheduler/block_allocator.hpp"
 #include "scheduler/cache_kind.hpp"
@@ -52,6 +53,15 @@ struct StepPlan {
   std::vector<std::int64_t> finished;  ///< requests prefilled to the end in this step
 
   [[nodiscard]] int num_tokens() const noexcept;
+  /// The step as the executor's run(StepInput) input: one entry per request, its pieces merged
+  /// (query_len their sum, seq_len and block tables the last piece's). Spans into this plan, valid
+  /// while it lives, until the next input() call. run(StepInput) splits it by the same rule back
+  /// into these chunks; the insert slots are left to the device.
+  [[nodiscard]] const graphs::StepInput& input() const;
+
+ private:
+  mutable std::vector<graphs::RequestInput> request_inputs_;
+  mutable graphs::StepInput input_;
 };
 
 /// @brief Engine-style chunked prefill scheduler with one paged block allocator per cache kind.
