@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -104,14 +105,18 @@ int run(const Options& opt) {
   // only representative with --no-alloc-count.
   memory::AllocationCounter* counter = opt.count_allocations ? &memory::AllocationCounter::instance() : nullptr;
 
-  std::printf("serve_loop: %s mode, %ld steps, budget %d tokens/step, chunks of <= %d requests x %d tokens%s\n",
+  std::printf("serve_loop: %s mode, %ld steps, budget %d tokens/step, chunks of <= %d requests x %d tokens%s%s\n",
               opt.eager ? "eager" : "graph", opt.steps, opt.budget, config.max_requests, config.max_tokens,
-              opt.engine_buffers ? ", engine-owned buffers" : "");
+              opt.engine_buffers ? ", engine-owned buffers" : "", opt.one_launch ? ", one launch per step" : "");
   graphs::ExecutorOptions eo;
   std::unique_ptr<samples::EngineBuffers> engine;
   if (opt.engine_buffers) {
     engine = std::make_unique<samples::EngineBuffers>(config, eo.insert);
     eo.buffers = engine->bindings();
+  }
+  if (opt.one_launch) {  // each scheduler step through run(StepInput): one launch a step
+    eo.max_step_requests = opt.step_requests;
+    eo.max_step_tokens = opt.budget;
   }
   graphs::Executor ex(config, eo);
   const graphs::WarmupReport warm = ex.warmup();
@@ -143,6 +148,8 @@ int run(const Options& opt) {
 
   scheduler::SchedulerConfig sc;
   sc.max_num_batched_tokens = opt.budget;
+  // A chunk holds at most R requests: capping the chunks caps a step's requests at max_step_requests.
+  if (opt.one_launch) sc.max_chunks_per_step = std::max(1, opt.step_requests / config.max_requests);
   scheduler::PrefillScheduler sched(config, sc);
   scheduler::WorkloadConfig wc;
   wc.num_requests = opt.requests;
@@ -169,6 +176,7 @@ int run(const Options& opt) {
   std::vector<double> gpu_us;
   std::vector<int> verify_at;
   long long chunks = 0;
+  long long launches = 0;  // run() calls: one per chunk, or one per step with --one-launch
   long long tokens = 0;
   long long padded = 0;
   long long graph_hits = 0;
@@ -193,7 +201,40 @@ int run(const Options& opt) {
     }
     const scheduler::StepPlan plan = sched.schedule();
     finished += static_cast<long long>(plan.finished.size());
-    for (const scheduler::ChunkPlan& cp : plan.chunks) {
+    if (opt.one_launch && !plan.chunks.empty()) {
+      // The whole step in one run(): one model front for all its chunks (they share the rows).
+      const graphs::StepInput& input = plan.input();
+      SPG_CUDA_TRY(kernels::SyntheticFront::run(
+          samples::make_step_front_args(front_layers, plan, opt.seed, static_cast<std::uint64_t>(launches)),
+          ex.stream()));
+      const int slot = static_cast<int>(launches % kRing);
+      if (launches >= kRing) {
+        ev_stop[static_cast<std::size_t>(slot)].synchronize();
+        gpu_us.push_back(1000.0 * ev_stop[static_cast<std::size_t>(slot)].elapsed_ms_since(ev_start[static_cast<std::size_t>(slot)]));
+      }
+      ev_start[static_cast<std::size_t>(slot)].record(ex.stream());
+      const auto h0 = std::chrono::steady_clock::now();
+      const graphs::RunResult r = opt.eager ? ex.run_eager(input) : ex.run(input);
+      const auto h1 = std::chrono::steady_clock::now();
+      if (!r.ok()) {
+        std::fprintf(stderr, "serve_loop: step %ld failed: %s (%s), chunk %d, request %d, %s: %s\n", step,
+                     graphs::run_status_name(r.status), cudaGetErrorName(r.cuda), r.bad_chunk, r.bad_request,
+                     r.bad_field != nullptr ? r.bad_field : "-", r.bad_reason != nullptr ? r.bad_reason : "-");
+        return 1;
+      }
+      ev_stop[static_cast<std::size_t>(slot)].record(ex.stream());
+      host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() - r.waited_us);
+      waited_us += r.waited_us;
+      (opt.eager ? eager_runs : graph_hits) += 1;
+      for (const scheduler::ChunkPlan& cp : plan.chunks) {
+        padded += ex.buckets().t_of(ex.buckets().lookup(cp.num_requests, cp.num_tokens)) - cp.num_tokens;
+        tokens += cp.num_tokens;
+      }
+      chunks += r.chunks;
+      ++launches;
+    }
+    for (const scheduler::ChunkPlan& cp : opt.one_launch ? std::span<const scheduler::ChunkPlan>{}
+                                                         : std::span<const scheduler::ChunkPlan>(plan.chunks)) {
       const graphs::ChunkInput& input = cp.input(!opt.derive_slots);
       const kernels::SyntheticFrontArgs front =
           samples::make_front_args(front_layers, cp, opt.seed, static_cast<std::uint64_t>(chunks));
@@ -201,8 +242,8 @@ int run(const Options& opt) {
                                static_cast<int>(verify_at.size()) < opt.verify && cp.num_tokens > 0;
       if (verify_this) verifier.before(cp);
       SPG_CUDA_TRY(kernels::SyntheticFront::run(front, ex.stream()));
-      const int slot = static_cast<int>(chunks % kRing);
-      if (chunks >= kRing) {
+      const int slot = static_cast<int>(launches % kRing);
+      if (launches >= kRing) {
         ev_stop[static_cast<std::size_t>(slot)].synchronize();
         gpu_us.push_back(1000.0 * ev_stop[static_cast<std::size_t>(slot)].elapsed_ms_since(ev_start[static_cast<std::size_t>(slot)]));
       }
@@ -252,13 +293,14 @@ int run(const Options& opt) {
         verify_at.push_back(static_cast<int>(step));
       }
       ++chunks;
+      ++launches;
     }
     step_host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count());
     progress.update(step + 1);
   }
   ex.synchronize();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  for (long long c = std::max<long long>(0, chunks - kRing); c < chunks; ++c) {
+  for (long long c = std::max<long long>(0, launches - kRing); c < launches; ++c) {
     const auto slot = static_cast<std::size_t>(c % kRing);
     gpu_us.push_back(1000.0 * ev_stop[slot].elapsed_ms_since(ev_start[slot]));
   }
@@ -270,13 +312,14 @@ int run(const Options& opt) {
   std::printf("\n== serve_loop report (%s mode) ==\n", opt.eager ? "eager" : "graph");
   std::printf("  steps                      %ld (%lld chunks, %lld requests finished)\n", opt.steps, chunks, finished);
   std::printf("  prompt tokens              %lld in %.2f s: %.0f tokens/s\n", tokens, wall_s, tokens_per_s);
-  std::printf("  host time per chunk launch p50 %.2f us, p99 %.2f us (executor run(), waits excluded)\n", percentile(host_us, 0.5), percentile(host_us, 0.99));
+  std::printf("  host time per %s launch p50 %.2f us, p99 %.2f us (executor run(), waits excluded)\n",
+              opt.one_launch ? "step" : "chunk", percentile(host_us, 0.5), percentile(host_us, 0.99));
   std::printf("  host time per step         p50 %.2f us, p99 %.2f us (scheduler + model front + launches,\n"
               "                             waits for the device included)\n",
               percentile(step_host_us, 0.5), percentile(step_host_us, 0.99));
   std::printf("  host waits for the device  %llu of %lld launches, %.2f s in all (the GPU is the bottleneck)\n",
-              static_cast<unsigned long long>(ex.host_waits()), chunks, waited_us / 1e6);
-  std::printf("  GPU time per chunk         p50 %.1f us, p99 %.1f us\n", percentile(gpu_us, 0.5), percentile(gpu_us, 0.99));
+              static_cast<unsigned long long>(ex.host_waits()), launches, waited_us / 1e6);
+  std::printf(opt.one_launch ? "  GPU time per step          p50 %.1f us, p99 %.1f us\n" : "  GPU time per chunk         p50 %.1f us, p99 %.1f us\n", percentile(gpu_us, 0.5), percentile(gpu_us, 0.99));
   std::printf("  graph hits / eager runs    %lld / %lld\n", graph_hits, eager_runs);
   std::printf("  padding waste              %.2f%% (%lld padded / %lld real tokens)\n", 100 * waste, padded, tokens);
   if (counter != nullptr) {
@@ -316,7 +359,8 @@ int run(const Options& opt) {
     // Runs without the allocation counter are the ones whose host times are clean (no CUPTI).
     const std::string name = counter != nullptr ? "serve_loop/default" : "serve_loop/no-cupti";
     const std::string variant =
-        std::string(opt.eager ? "spgraph-eager" : "spgraph-graph") + (opt.engine_buffers ? "-engine-buffers" : "");
+        std::string(opt.eager ? "spgraph-eager" : "spgraph-graph") + (opt.engine_buffers ? "-engine-buffers" : "") +
+        (opt.one_launch ? "-one-launch" : "");
     auto add = [&](const char* metric, double v) { rep.add({"executor", name, variant, metric, v}); };
     add("steps", static_cast<double>(opt.steps));
     add("tokens_per_s", tokens_per_s);
