@@ -191,6 +191,8 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
       step_staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStepStaging[s], step_layout_.bytes()));
       std::memset(step_staging_[s], 0, step_layout_.bytes());
     }
+    kernels::StepLoop::can_implement(step_loop_args(0));
+    kernels::StepLoop::can_implement(step_loop_args(1));
     splitter_ = std::make_unique<StepSplitter>(config_, step_layout_);
     step_checks_.resize(static_cast<std::size_t>(step_layout_.max_chunks));
     step_buckets_.resize(static_cast<std::size_t>(step_layout_.max_chunks));

@@ -142,7 +142,10 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
 
   kernels::StepConditionals cond;
   cond.set = true;
+  // Both handles belong to the top graph: a handle may drive a conditional node in its graph or
+  // in any graph below it, and next (in the loop body) sets both.
   SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.loop, top, 0, 0));
+  SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.select, top, 0, 0));
   capture_into(top, stream, [&] { return kernels::StepLoop::run_head(args, cond, stream); });
   const cudaGraphNode_t head = only_node(top);
 
@@ -155,8 +158,6 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
   SPG_CUDA_TRY(cudaGraphAddNode(&loop_node, top, &head, nullptr, 1, &loop));
   out.loop_body = loop.conditional.phGraph_out[0];
 
-  // The switch's handle belongs to the graph its node sits in, the loop body; next sets both.
-  SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.select, out.loop_body, 0, 0));
   capture_into(out.loop_body, stream, [&] { return kernels::StepLoop::run_next(args, cond, stream); });
   const cudaGraphNode_t next = only_node(out.loop_body);
 
