@@ -32,8 +32,8 @@ constexpr int kMinPrefix = 256;    // every piece's seq_len > 256: one set of to
 /// small_program() (R = 4, T = 64; C4A, SWA-only, C128A) with caches large enough for 64 requests.
 memory::PipelineConfig step_program() {
   memory::PipelineConfig c = test::small_program();
-  c.cache.swa_blocks = 797;
-  c.cache.compressed_blocks = 211;
+  c.cache.swa_blocks = 521;        // 64 requests of up to 453 tokens: 8 blocks each
+  c.cache.compressed_blocks = 131;  // 2 each
   return c;
 }
 
@@ -80,7 +80,7 @@ StepData make_step(const memory::PipelineConfig& cfg, const std::vector<int>& qu
   for (std::size_t b = 0; b < query_lens.size(); ++b) {
     graphs::RequestInput& r = s.requests[b];
     r.query_len = query_lens[b];
-    r.seq_len = kMinPrefix + static_cast<int>(rng() % 200) + r.query_len;
+    r.seq_len = kMinPrefix + static_cast<int>(rng() % 64) + r.query_len;
     const auto swa_need = static_cast<std::size_t>((r.seq_len + cfg.cache.swa_block_size - 1) / cfg.cache.swa_block_size);
     REQUIRE(swa_next + swa_need <= swa_free.size());
     s.swa[b].assign(swa_free.begin() + static_cast<std::ptrdiff_t>(swa_next),
