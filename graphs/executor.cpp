@@ -87,14 +87,7 @@ ExecutorPlan plan_executor(memory::PipelineConfig config, const ExecutorOptions&
   }
   check_binding_shapes(config, options.buffers, programs, options.insert);
   memory::PoolPlan pool = plan_pipeline_pool(config, options.buffers, options.insert);
-  if (step.max_chunks > 0) {
-    for (const char* staging : slots::kStepStaging) {
-      pool.add(memory::SlotSpec{staging, step.bytes(), 256, memory::MemoryKind::pinned_host,
-                                "int32 (step staging: header, " + std::to_string(step.max_chunks) + " chunk blocks)"});
-    }
-    pool.add(memory::SlotSpec{slots::kStepState, static_cast<std::size_t>(step.header_words) * 4, 256,
-                              memory::MemoryKind::device, "int32 (step state)"});
-  }
+  plan_step_slots(pool, step);
   return ExecutorPlan{std::move(config), std::move(buckets), std::move(programs), std::move(ratios), std::move(pool),
                       step};
 }

@@ -1,6 +1,9 @@
 // Steps: see step.hpp and docs/graphs.md, "Steps".
 #include "graphs/step.hpp"
 
+#include <string>
+
+#include "graphs/pipeline_pool.hpp"
 #include "memory/error.hpp"
 
 namespace spg::graphs {
@@ -57,6 +60,16 @@ StepLayout StepLayout::make(const memory::PipelineConfig& config, int max_step_r
   l.header_words = kernels::StepStateWords::header_words(l.max_chunks);
   l.chunk_words = ChunkMetaLayout::make(config).words;
   return l;
+}
+
+void plan_step_slots(memory::PoolPlan& plan, const StepLayout& layout) {
+  if (layout.max_chunks == 0) return;
+  for (const char* staging : slots::kStepStaging) {
+    plan.add(memory::SlotSpec{staging, layout.bytes(), 256, memory::MemoryKind::pinned_host,
+                              "int32 (step staging: header, " + std::to_string(layout.max_chunks) + " chunk blocks)"});
+  }
+  plan.add(memory::SlotSpec{slots::kStepState, static_cast<std::size_t>(layout.header_words) * 4, 256,
+                            memory::MemoryKind::device, "int32 (step state)"});
 }
 
 StepSplitter::StepSplitter(const memory::PipelineConfig& config, const StepLayout& layout)

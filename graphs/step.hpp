@@ -22,6 +22,7 @@
 #include "graphs/run_status.hpp"
 #include "kernels/step_loop/step_loop.hpp"
 #include "memory/pipeline_config.hpp"
+#include "memory/pool_plan.hpp"
 
 namespace spg::graphs {
 
@@ -57,6 +58,10 @@ struct StepLayout {
   [[nodiscard]] static StepLayout make(const memory::PipelineConfig& config, int max_step_requests,
                                        int max_step_tokens);
 };
+
+/// Adds the step slots to a pool plan (docs/memory.md): the two pinned step staging blocks and
+/// the device step state. Nothing for a layout without chunks (no steps).
+void plan_step_slots(memory::PoolPlan& plan, const StepLayout& layout);
 
 /// @brief What a split found: the chunk count, or why the step is refused (nothing is written).
 struct StepSplit {

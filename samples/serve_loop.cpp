@@ -44,10 +44,14 @@ spg::memory::PipelineConfig make_config(const Options& o) {
   return c;
 }
 
-void print_plan(const spg::memory::PipelineConfig& config, bool engine_buffers) {
+void print_plan(const spg::memory::PipelineConfig& config, const Options& opt) {
+  const bool engine_buffers = opt.engine_buffers;
   // With --engine-buffers the model front owns every layer buffer: the pool plans only its own.
-  const auto plan = spg::graphs::plan_pipeline_pool(
+  auto plan = spg::graphs::plan_pipeline_pool(
       config, [&](std::size_t, spg::graphs::LayerBuffer) { return engine_buffers; }, true);
+  if (opt.one_launch) {
+    spg::graphs::plan_step_slots(plan, spg::graphs::StepLayout::make(config, opt.step_requests, opt.budget));
+  }
   std::printf("layer program: %zu layers (R = %d, T = %d, max_model_len = %d)\n", config.layers.size(),
               config.max_requests, config.max_tokens, config.max_model_len);
   for (std::size_t i = 0; i < config.layers.size(); ++i) {
@@ -409,7 +413,7 @@ int main(int argc, char** argv) {
     const spg::memory::PipelineConfig config = make_config(opt);
     config.validate();
     if (opt.plan_only) {
-      print_plan(config, opt.engine_buffers);
+      print_plan(config, opt);
       return 0;
     }
     if (!spg::memory::cuda_device_available()) {
@@ -418,7 +422,7 @@ int main(int argc, char** argv) {
         return 77;
       }
       std::printf("serve_loop: no CUDA device found; running the CPU-side planner instead.\n\n");
-      print_plan(config, opt.engine_buffers);
+      print_plan(config, opt);
       return 0;
     }
     return run(opt);
