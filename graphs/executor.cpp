@@ -83,9 +83,15 @@ ExecutorPlan plan_executor(memory::PipelineConfig config, const ExecutorOptions&
     for (int l : layers) mask |= 1 << ratio_index(config.layers[static_cast<std::size_t>(l)].compress_ratio);
     ratios.push_back(mask);
   }
+  StepLayout step;
+  if (options.max_step_requests != 0 || options.max_step_tokens != 0) {
+    step = StepLayout::make(config, options.max_step_requests, options.max_step_tokens);
+  }
   check_binding_shapes(config, options.buffers, programs, options.insert);
   memory::PoolPlan pool = plan_pipeline_pool(config, options.buffers, options.insert);
-  return ExecutorPlan{std::move(config), std::move(buckets), std::move(programs), std::move(ratios), std::move(pool)};
+  plan_step_slots(pool, step);
+  return ExecutorPlan{std::move(config), std::move(buckets), std::move(programs), std::move(ratios), std::move(pool),
+                      step};
 }
 
 ExecutorViews executor_views(const memory::PipelineConfig& config, const ExecutorOptions& options,
@@ -155,7 +161,8 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
       program_ratios_(std::move(plan.program_ratios)),
       pool_(checked_pool(config_, options_, programs_, buckets_, std::move(plan.pool))),
       encoder_(config_, options_.insert),
-      staged_{memory::Event(false), memory::Event(false)} {
+      staged_{memory::Event(false), memory::Event(false)},
+      step_layout_(plan.step) {
   ExecutorViews views = executor_views(config_, options_, pool_);
   views_ = std::move(views.layers);
   workspace_ = views.workspace;
@@ -195,6 +202,20 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
   for (int s = 0; s < 2; ++s) {
     staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStaging[s], meta_bytes));
     std::memset(staging_[s], 0, meta_bytes);
+  }
+  if (step_layout_.max_chunks > 0) {
+    step_state_ = reinterpret_cast<std::int32_t*>(
+        pool_.bytes(slots::kStepState, static_cast<std::size_t>(step_layout_.header_words) * 4));
+    SPG_CUDA_TRY(cudaMemsetAsync(step_state_, 0, static_cast<std::size_t>(step_layout_.header_words) * 4, stream()));
+    for (int s = 0; s < 2; ++s) {
+      step_staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStepStaging[s], step_layout_.bytes()));
+      std::memset(step_staging_[s], 0, step_layout_.bytes());
+    }
+    kernels::StepLoop::can_implement(step_loop_args(0));
+    kernels::StepLoop::can_implement(step_loop_args(1));
+    splitter_ = std::make_unique<StepSplitter>(config_, step_layout_);
+    step_checks_.resize(static_cast<std::size_t>(step_layout_.max_chunks));
+    step_buckets_.resize(static_cast<std::size_t>(step_layout_.max_chunks));
   }
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
 }
@@ -255,13 +276,13 @@ WarmupReport Executor::warmup() {
   report.kernel_launches_per_step = entries[static_cast<std::size_t>(buckets_.size()) - 1].pipeline->kernel_launches();
 
   // One eager pass over every shape with an empty chunk: loads every kernel and checks every launch.
+  const ChunkInput empty{};
+  const ChunkCheck checked = encoder_.check(empty, program_ratios_[0]);
+  SPG_EXPECTS_AS(StateError, checked.status == RunStatus::ok,
+                 "warm-up: the empty chunk was refused: " << run_status_name(checked.status));
   std::chrono::steady_clock::time_point t0;
   {
     const detail::TraceRange eager_pass(detail::TracePhase::eager_pass);
-    const ChunkInput empty{};
-    const ChunkCheck checked = encoder_.check(empty, program_ratios_[0]);
-    SPG_EXPECTS_AS(StateError, checked.status == RunStatus::ok,
-                   "warm-up: the empty chunk was refused: " << run_status_name(checked.status));
     encoder_.write(empty, checked, program_ratios_[0], staging_[0]);
     t0 = std::chrono::steady_clock::now();
     for (auto& e : entries) SPG_CUDA_TRY(e.pipeline->record(0, stream()));
@@ -269,10 +290,10 @@ WarmupReport Executor::warmup() {
   }
   report.eager_ms = ms_since(t0);
 
+  std::size_t free_before = 0;
+  std::size_t free_after = 0;
+  std::size_t total = 0;
   if (options_.capture) {
-    std::size_t free_before = 0;
-    std::size_t free_after = 0;
-    std::size_t total = 0;
     SPG_CUDA_TRY(cudaMemGetInfo(&free_before, &total));
     t0 = std::chrono::steady_clock::now();
     for (int p = 0; p < programs(); ++p) {
@@ -294,10 +315,45 @@ WarmupReport Executor::warmup() {
     }
     SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
     report.capture_ms = ms_since(t0);
+  }
+  std::vector<std::vector<const Pipeline*>> bodies(programs_.size());
+  for (std::size_t p = 0; p < programs_.size(); ++p) {
+    for (int b = 0; b < buckets_.size(); ++b) {
+      bodies[p].push_back(entries[p * static_cast<std::size_t>(buckets_.size()) + static_cast<std::size_t>(b)].pipeline.get());
+    }
+  }
+  std::vector<std::array<GraphExec, 2>> step_execs;
+  if (step_layout_.max_chunks > 0) {
+    // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's body.
+    const int one[1] = {0};
+    std::int32_t* const block = step_staging_[0];
+    block[kernels::StepStateWords::count] = 1;
+    block[kernels::StepStateWords::buckets] = 0;
+    encoder_.write(empty, checked, program_ratios_[0], block + step_layout_.chunk_offset(0));
+    SPG_CUDA_TRY(record_step_eager(step_loop_args(0), bodies[0], one, stream()));
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+    block[kernels::StepStateWords::count] = 0;
+    if (options_.capture) {
+      const auto t1 = std::chrono::steady_clock::now();
+      step_execs.resize(programs_.size());
+      for (std::size_t p = 0; p < programs_.size(); ++p) {
+        for (int s = 0; s < 2; ++s) {
+          const StepGraph g = build_step_graph(step_loop_args(s), bodies[p], stream());
+          step_execs[p][static_cast<std::size_t>(s)] = GraphExec::instantiate(g.graph, stream());
+          ++report.step_graphs;
+        }
+      }
+      SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+      report.capture_ms += ms_since(t1);
+    }
+  }
+  if (options_.capture) {
     SPG_CUDA_TRY(cudaMemGetInfo(&free_after, &total));
     report.graph_device_bytes = static_cast<std::int64_t>(free_before) - static_cast<std::int64_t>(free_after);
   }
   entries_ = std::move(entries);
+  bodies_ = std::move(bodies);
+  step_execs_ = std::move(step_execs);
   pool_.seal();
   report.pool_device_bytes = pool_.device_bytes();
   report.pool_pinned_bytes = pool_.pinned_bytes();
@@ -343,36 +399,54 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
     return result;
   }
   const int s = static_cast<int>(steps_ & 1);
-  // The staging hazard: block s was last read by the launch two steps ago. Its event is recorded
-  // after that whole launch, so the host waits only when it is two full steps ahead of the device.
-  if (staged_pending_[s]) {
-    cudaError_t q = cudaEventQuery(staged_[s].get());
-    if (q == cudaErrorNotReady) {
-      ++host_waits_;
-      const auto w0 = Clock::now();
-      q = cudaEventSynchronize(staged_[s].get());
-      result.waited_us = std::chrono::duration<double, std::micro>(Clock::now() - w0).count();
-    }
-    if (q != cudaSuccess) {
-      result.status = RunStatus::cuda_error;
-      result.cuda = q;
-      return result;
-    }
-    staged_pending_[s] = false;
-  }
+  if (!acquire_staging(s, result)) return result;
   encoder_.write(chunk, checked, mask, staging_[s]);
   Entry* e = entry(program, result.bucket);
+  const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
+  submit(s, stream, result, [&] { return graph ? e->exec[s].launch(stream) : e->pipeline->record(s, stream); });
+  if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+  return result;
+}
+
+bool Executor::acquire_staging(int s, RunResult& result) noexcept {
+  // The staging hazard: block s was last read by the launch two steps ago. Its event is recorded
+  // after that whole launch, so the host waits only when it is two full steps ahead of the device.
+  // Chunk and step launches share the count and the events: each launch is ordered after the one
+  // before, so block s of either kind is free once the event of the last launch of parity s is.
+  if (!staged_pending_[s]) return true;
+  using Clock = std::chrono::steady_clock;
+  cudaError_t q = cudaEventQuery(staged_[s].get());
+  if (q == cudaErrorNotReady) {
+    ++host_waits_;
+    const auto w0 = Clock::now();
+    q = cudaEventSynchronize(staged_[s].get());
+    result.waited_us = std::chrono::duration<double, std::micro>(Clock::now() - w0).count();
+  }
+  if (q != cudaSuccess) {
+    result.status = RunStatus::cuda_error;
+    result.cuda = q;
+    return false;
+  }
+  staged_pending_[s] = false;
+  return true;
+}
+
+template <class Launch>
+void Executor::submit(int s, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept {
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.time_host_phases;
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
   // Steps share the pool's metadata block and workspaces: a step on another stream than the last
   // one waits for it on the device.
   cudaError_t err = cudaSuccess;
   if (steps_ > 0 && stream != last_stream_) err = cudaStreamWaitEvent(stream, staged_[(steps_ - 1) & 1].get(), 0);
-  if (err == cudaSuccess) err = graph ? e->exec[s].launch(stream) : e->pipeline->record(s, stream);
+  if (err == cudaSuccess) err = launch();
   const Clock::time_point t2 = timed ? Clock::now() : Clock::time_point{};
   if (err == cudaSuccess) err = cudaEventRecord(staged_[s].get(), stream);
   if (timed) {
     using Us = std::chrono::duration<double, std::micro>;
-    result.phases = {Us(t1 - t0).count(), Us(t2 - t1).count(), Us(Clock::now() - t2).count()};
+    result.phases.launch_us = Us(t2 - t1).count();
+    result.phases.record_us = Us(Clock::now() - t2).count();
   }
   if (err != cudaSuccess) {
     // Part of the step may be queued and still read staging block s: let it drain before the
@@ -380,12 +454,104 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
     (void)cudaStreamSynchronize(stream);
     result.status = RunStatus::cuda_error;
     result.cuda = err;
-    return result;
+    return;
   }
   staged_pending_[s] = true;
   last_stream_ = stream;
   ++steps_;
+}
+
+kernels::StepLoopArgs Executor::step_loop_args(int staging) const noexcept {
+  kernels::StepLoopArgs a;
+  a.staging = step_staging_[staging & 1];
+  a.state = step_state_;
+  a.max_chunks = step_layout_.max_chunks;
+  a.chunk_bytes = static_cast<std::size_t>(step_layout_.chunk_words) * 4;
+  a.header_words = step_layout_.header_words;
+  a.chunk_meta = chunk_meta_;
+  a.status = status_;
+  return a;
+}
+
+RunResult Executor::launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept {
+  RunResult result;
+  if (!warmed_up_ || step_layout_.max_chunks == 0 || (graph && !options_.capture)) {
+    result.status = RunStatus::not_warmed_up;
+    return result;
+  }
+  if (program < 0 || program >= programs()) {
+    result.status = RunStatus::bad_program;
+    return result;
+  }
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.time_host_phases;
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  const StepSplit split = splitter_->split(step);
+  if (split.status != RunStatus::ok) {
+    result.status = split.status;
+    result.bad_request = split.bad_request;
+    result.bad_field = split.bad_field;
+    result.bad_reason = split.bad_reason;
+    return result;
+  }
+  result.chunks = split.chunks;
+  // Every chunk is checked before anything is written: a refused step leaves the staging block as it was.
+  const int mask = program_ratios_[static_cast<std::size_t>(program)];
+  for (int c = 0; c < split.chunks; ++c) {
+    const ChunkInput chunk = splitter_->chunk(c);
+    ChunkCheck& checked = step_checks_[static_cast<std::size_t>(c)];
+    checked = encoder_.check(chunk, mask);
+    int bucket = -1;
+    if (checked.status == RunStatus::ok) {
+      bucket = buckets_.lookup(checked.requests, checked.tokens);
+      if (bucket < 0) checked.status = RunStatus::no_bucket;
+    }
+    if (checked.status != RunStatus::ok) {
+      result.status = checked.status;
+      result.bad_chunk = c;
+      result.bad_request = checked.bad_request < 0 ? -1 : splitter_->request_of(c, checked.bad_request);
+      result.bad_field = checked.bad_field;
+      result.bad_reason = checked.bad_reason;
+      return result;
+    }
+    step_buckets_[static_cast<std::size_t>(c)] = bucket;
+  }
+  const int s = static_cast<int>(steps_ & 1);
+  if (!acquire_staging(s, result)) return result;
+  std::int32_t* const block = step_staging_[s];
+  for (int c = 0; c < split.chunks; ++c) {
+    encoder_.write(splitter_->chunk(c), step_checks_[static_cast<std::size_t>(c)], mask,
+                   block + step_layout_.chunk_offset(c));
+    block[kernels::StepStateWords::buckets + c] = step_buckets_[static_cast<std::size_t>(c)];
+  }
+  block[kernels::StepStateWords::count] = split.chunks;
+  const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
+  const std::vector<const Pipeline*>& bodies = bodies_[static_cast<std::size_t>(program)];
+  submit(s, stream, result, [&] {
+    return graph ? step_execs_[static_cast<std::size_t>(program)][static_cast<std::size_t>(s)].launch(stream)
+                 : record_step_eager(step_loop_args(s), bodies,
+                                     std::span<const int>(step_buckets_.data(), static_cast<std::size_t>(split.chunks)),
+                                     stream);
+  });
+  if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
   return result;
+}
+
+RunResult Executor::run(const StepInput& step, int program, cudaStream_t stream) noexcept {
+  return launch_step(step, program, true, stream);
+}
+RunResult Executor::run_eager(const StepInput& step, int program, cudaStream_t stream) noexcept {
+  return launch_step(step, program, false, stream);
+}
+
+StepGraph Executor::record_step_graph(int program, int staging) const {
+  SPG_EXPECTS_AS(StateError, warmed_up_, "Executor::record_step_graph: warmup() has not run");
+  SPG_EXPECTS_AS(StateError, step_layout_.max_chunks > 0,
+                 "Executor::record_step_graph: the executor has no steps (max_step_requests = 0)");
+  SPG_EXPECTS(program >= 0 && program < programs(),
+              "program = " << program << " must be in [0, " << programs() << ")");
+  memory::Stream s;
+  return build_step_graph(step_loop_args(staging), bodies_.at(static_cast<std::size_t>(program)), s.get());
 }
 
 RunResult Executor::run(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept {

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 #include "graphs/layer_buffers.hpp"
 #include "graphs/pipeline.hpp"
 #include "graphs/run_status.hpp"
+#include "graphs/step.hpp"
 #include "kernels/step_status.hpp"
 #include "memory/buffer_pool.hpp"
 #include "memory/pipeline_config.hpp"
@@ -35,6 +37,12 @@ struct ExecutorOptions {
   /// The caller's buffers, one LayerBuffers per layer (or none): a member with data is used in
   /// place, the rest is planned in the pool (docs/memory.md, "Engine-owned buffers").
   std::vector<LayerBuffers> buffers;
+  /// Steps (run(StepInput), docs/graphs.md "Steps"): the most requests and tokens one step may
+  /// hold. Both 0: no step graph (run(StepInput) reports not_warmed_up); otherwise both in
+  /// [1, kMaxStepRequests] / [1, kMaxStepTokens]. Warm-up then captures one step graph per
+  /// program and staging block, holding one body per bucket.
+  int max_step_requests{0};
+  int max_step_tokens{0};
 };
 
 /// @brief What an executor is sized from, worked out on the host before any CUDA call: the
@@ -46,6 +54,7 @@ struct ExecutorPlan {
   std::vector<std::vector<int>> programs;
   std::vector<int> program_ratios;  ///< per program: bit ratio_index(r) set for each ratio r its layers use
   memory::PoolPlan pool;  ///< without the attention workspace, which warm-up carves (its size asks the device)
+  StepLayout step;        ///< the step staging block; max_chunks == 0 without steps
 };
 
 /// @brief The executor's host-side planning, in the order it validates: the config
@@ -70,7 +79,8 @@ struct ExecutorViews {
 
 /// @brief What warm-up did and what it holds (table D of docs/benchmarks.md).
 struct WarmupReport {
-  int graphs{0};                     ///< step graphs (programs x buckets x 2 staging blocks)
+  int graphs{0};                     ///< chunk graphs (programs x buckets x 2 staging blocks)
+  int step_graphs{0};                ///< step graphs (programs x 2 staging blocks; 0 without steps)
   int buckets{0};
   int programs{0};
   double eager_ms{0};                ///< one eager run of every bucket
@@ -86,6 +96,10 @@ struct RunResult {
   RunStatus status{RunStatus::ok};
   cudaError_t cuda{cudaSuccess};
   int bucket{-1};
+  /// run(StepInput): the chunks the step was split into; for a refused chunk, which one (the
+  /// request at fault is then the step's request index).
+  int chunks{0};
+  int bad_chunk{-1};
   /// bad_chunk: the request at fault (-1 for a chunk-wide field), the field and what is wrong
   /// with it (static strings).
   int bad_request{-1};
@@ -140,6 +154,29 @@ class Executor {
   }
   [[nodiscard]] RunResult run_eager(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept;
 
+  /// A whole step in one graph launch (docs/graphs.md, "Steps"): splits `step` into chunks by the
+  /// scheduler's rule, checks them all, writes every chunk's metadata into one staging block and
+  /// launches the program's step graph once; the device loops over the chunks, each at its own
+  /// bucket. A step of no requests launches and runs no chunk. Refused (nothing written): a step
+  /// over max_step_requests / max_step_tokens (no_bucket), a bad request or chunk (bad_chunk,
+  /// with bad_chunk and bad_request the step's indices). Never throws, never allocates.
+  ///
+  /// Every chunk reads its q, top-k and K rows from rows [0, its tokens) of the layer buffers and
+  /// writes its outputs there, as run(chunk) does: the chunks of a step run in order, and what
+  /// stays in the buffers after the step is what k run(chunk) calls in a row leave.
+  [[nodiscard]] RunResult run(const StepInput& step, int program = 0) noexcept { return run(step, program, stream()); }
+  [[nodiscard]] RunResult run(const StepInput& step, int program, cudaStream_t stream) noexcept;
+  /// The same step launched from a host loop (head, then per chunk its kernels), for comparison;
+  /// works with capture off too.
+  [[nodiscard]] RunResult run_eager(const StepInput& step, int program = 0) noexcept {
+    return run_eager(step, program, stream());
+  }
+  [[nodiscard]] RunResult run_eager(const StepInput& step, int program, cudaStream_t stream) noexcept;
+  /// Records program `program`'s step graph for staging block `staging`, as warm-up built it: for
+  /// counting its nodes. @throws StateError before warm-up or without steps; CudaError.
+  [[nodiscard]] StepGraph record_step_graph(int program, int staging) const;
+  [[nodiscard]] const StepLayout& step_layout() const noexcept { return step_layout_; }
+
   /// Waits for every submitted step. @throws CudaError.
   void synchronize() const;
   /// Copies the last completed step's fault counters to the host (waits for it first).
@@ -188,6 +225,14 @@ class Executor {
                      static_cast<std::size_t>(bucket)];
   }
   RunResult launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept;
+  RunResult launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept;
+  // The replay path's shared parts: wait until staging block s is free; order the launch after
+  // the last step on another stream, launch, record the block's event and count the step.
+  bool acquire_staging(int s, RunResult& result) noexcept;
+  template <class Launch>
+  void submit(int s, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept;
+  kernels::StepLoopArgs step_loop_args(int staging) const noexcept;
+  std::vector<const Pipeline*> program_bodies(int program) const;
   PipelineBuffers pipeline_buffers() const noexcept;
 
   memory::PipelineConfig config_;
@@ -207,6 +252,16 @@ class Executor {
   bool staged_pending_[2]{false, false};
   cudaStream_t last_stream_{nullptr};  // the stream of the last launched step (its event is staged_[(steps_ - 1) & 1])
   std::vector<Entry> entries_;
+  // Steps: the staging blocks, the device step state, the split's scratch, each program's step
+  // graphs (one per staging block) and bucket bodies (the pipelines, in bucket order).
+  StepLayout step_layout_;
+  std::int32_t* step_staging_[2]{nullptr, nullptr};
+  std::int32_t* step_state_{nullptr};
+  std::unique_ptr<StepSplitter> splitter_;
+  std::vector<ChunkCheck> step_checks_;
+  std::vector<int> step_buckets_;
+  std::vector<std::vector<const Pipeline*>> bodies_;
+  std::vector<std::array<GraphExec, 2>> step_execs_;
   void* attention_workspace_{nullptr};
   bool warmed_up_{false};
   std::uint64_t steps_{0};

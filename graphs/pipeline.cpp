@@ -281,7 +281,12 @@ cudaError_t Pipeline::record_stage(std::size_t layer, Stage s, cudaStream_t stre
 }
 
 cudaError_t Pipeline::record(int staging, cudaStream_t stream) const noexcept {
-  cudaError_t e = record_stage_in(staging, stream);
+  const cudaError_t e = record_stage_in(staging, stream);
+  return e == cudaSuccess ? record_layers(stream) : e;
+}
+
+cudaError_t Pipeline::record_layers(cudaStream_t stream) const noexcept {
+  cudaError_t e = cudaSuccess;
   for (std::size_t layer = 0; layer < layers_.size() && e == cudaSuccess; ++layer) {
     for (const Stage s : kStages) {
       e = record_stage(layer, s, stream);

@@ -77,6 +77,9 @@ class Pipeline {
   /// Records the step onto `stream`: stage-in from staging block `staging` (0 or 1), then every
   /// layer's stages. No allocation, no sync: safe under capture.
   [[nodiscard]] cudaError_t record(int staging, cudaStream_t stream) const noexcept;
+  /// Every layer's stages without the stage-in: a chunk's body inside a step graph, after the
+  /// step's chunk stage-in has filled the metadata block (graphs/step.hpp).
+  [[nodiscard]] cudaError_t record_layers(cudaStream_t stream) const noexcept;
 
   /// One stage at a time, for timing each kernel on its own: the stage-in kernel (metadata copy
   /// and fault reset), and stage `s` of the program's `layer`-th layer (a stage the layer does not

@@ -28,6 +28,10 @@ inline constexpr const char* kCombined = "combined_indices";
 inline constexpr const char* kCombinedLens = "combined_lens";
 inline constexpr const char* kStaging[2] = {"staging0", "staging1"};
 inline constexpr const char* kAttentionWorkspace = "attention_workspace";
+/// Steps only (ExecutorOptions::max_step_requests > 0): the step staging blocks and the device
+/// step state (graphs/step.hpp).
+inline constexpr const char* kStepStaging[2] = {"step_staging0", "step_staging1"};
+inline constexpr const char* kStepState = "step_state";
 /// A layer's slot: layer_slot(3, LayerBuffer::q) == "layer3.q".
 [[nodiscard]] std::string layer_slot(std::size_t layer, LayerBuffer b);
 }  // namespace slots

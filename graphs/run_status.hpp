@@ -5,10 +5,10 @@ namespace spg::graphs {
 
 enum class RunStatus {
   ok,
-  no_bucket,       ///< more requests or tokens than the largest bucket
+  no_bucket,       ///< more requests or tokens than the largest bucket (a step: than max_step_requests / tokens)
   bad_chunk,       ///< lengths, block tables or slots inconsistent with the config (nothing written)
   bad_program,     ///< no such program
-  not_warmed_up,   ///< warmup() has not run (or capture was disabled for run())
+  not_warmed_up,   ///< warmup() has not run (or capture was disabled for run(), or the executor has no steps)
   cuda_error,      ///< a CUDA call failed; see RunResult::cuda
 };
 

@@ -43,10 +43,14 @@ spg::memory::PipelineConfig make_config(const Options& o) {
   return c;
 }
 
-void print_plan(const spg::memory::PipelineConfig& config, bool engine_buffers) {
+void print_plan(const spg::memory::PipelineConfig& config, const Options& opt) {
+  const bool engine_buffers = opt.engine_buffers;
   // With --engine-buffers the model front owns every layer buffer: the pool plans only its own.
-  const auto plan = spg::graphs::plan_pipeline_pool(
+  auto plan = spg::graphs::plan_pipeline_pool(
       config, [&](std::size_t, spg::graphs::LayerBuffer) { return engine_buffers; }, true);
+  if (opt.one_launch) {
+    spg::graphs::plan_step_slots(plan, spg::graphs::StepLayout::make(config, opt.step_requests, opt.budget));
+  }
   std::printf("layer program: %zu layers (R = %d, T = %d, max_model_len = %d)\n", config.layers.size(),
               config.max_requests, config.max_tokens, config.max_model_len);
   for (std::size_t i = 0; i < config.layers.size(); ++i) {
@@ -148,8 +152,8 @@ class PromptStream {
   int batch_{0};
 };
 
-/// GPU time per chunk from a ring of event pairs, each read back a ring's length later, so the
-/// host never waits for a chunk it has just launched.
+/// GPU time per launch (a chunk, or a whole step with --one-launch) from a ring of event pairs,
+/// each read back a ring's length later, so the host never waits for work it has just launched.
 class GpuTimes {
  public:
   static constexpr int kRing = 64;
@@ -159,7 +163,7 @@ class GpuTimes {
       stop_.emplace_back();
     }
   }
-  /// Before chunk `c`'s work: reads back chunk c - kRing's time (waiting for it), records c's start.
+  /// Before launch `c`'s work: reads back launch c - kRing's time (waiting for it), records c's start.
   void start(long long c, cudaStream_t stream) {
     const auto slot = static_cast<std::size_t>(c % kRing);
     if (c >= kRing) {
@@ -169,9 +173,9 @@ class GpuTimes {
     start_[slot].record(stream);
   }
   void stop(long long c, cudaStream_t stream) { stop_[static_cast<std::size_t>(c % kRing)].record(stream); }
-  /// After the device is idle: the last `chunks`' times too; then every chunk's.
-  const std::vector<double>& finish(long long chunks) {
-    for (long long c = std::max<long long>(0, chunks - kRing); c < chunks; ++c) {
+  /// After the device is idle: the last `launches`' times too; then every launch's.
+  const std::vector<double>& finish(long long launches) {
+    for (long long c = std::max<long long>(0, launches - kRing); c < launches; ++c) {
       const auto slot = static_cast<std::size_t>(c % kRing);
       us_.push_back(1000.0 * stop_[slot].elapsed_ms_since(start_[slot]));
     }
@@ -213,10 +217,11 @@ class OutputChecksum {
 
 /// What the loop counted and timed.
 struct LoopStats {
-  std::vector<double> host_us;       // per chunk launch, waits for the device excluded
+  std::vector<double> host_us;       // per launch (run() call), waits for the device excluded
   std::vector<double> step_host_us;  // per scheduler step, everything included
-  std::vector<double> gpu_us;        // per chunk
+  std::vector<double> gpu_us;        // per launch
   long long chunks{0};
+  long long launches{0};  // run() calls: one per chunk, or one per step with --one-launch
   long long tokens{0};
   long long padded{0};
   long long graph_hits{0};
@@ -229,9 +234,10 @@ struct LoopStats {
 };
 
 void print_failure(long step, const spg::graphs::RunResult& r) {
-  std::fprintf(stderr, "serve_loop: step %ld chunk failed: %s (%s)", step, spg::graphs::run_status_name(r.status),
-               cudaGetErrorName(r.cuda));
+  std::fprintf(stderr, "serve_loop: step %ld %s failed: %s (%s)", step, r.bad_chunk >= 0 ? "launch" : "chunk",
+               spg::graphs::run_status_name(r.status), cudaGetErrorName(r.cuda));
   if (r.status == spg::graphs::RunStatus::bad_chunk) {
+    if (r.bad_chunk >= 0) std::fprintf(stderr, ": chunk %d", r.bad_chunk);
     std::fprintf(stderr, ": request %d, %s: %s", r.bad_request, r.bad_field != nullptr ? r.bad_field : "?",
                  r.bad_reason != nullptr ? r.bad_reason : "?");
   }
@@ -260,13 +266,15 @@ void print_report(const Report& r) {
   std::printf("\n== serve_loop report (%s mode) ==\n", opt.eager ? "eager" : "graph");
   std::printf("  steps                      %ld (%lld chunks, %lld requests finished)\n", opt.steps, st.chunks, st.finished);
   std::printf("  prompt tokens              %lld in %.2f s: %.0f tokens/s\n", st.tokens, st.wall_s, st.tokens_per_s());
-  std::printf("  host time per chunk launch p50 %.2f us, p99 %.2f us (executor run(), waits excluded)\n", percentile(st.host_us, 0.5), percentile(st.host_us, 0.99));
+  std::printf("  host time per %s launch p50 %.2f us, p99 %.2f us (executor run(), waits excluded)\n",
+              opt.one_launch ? "step" : "chunk", percentile(st.host_us, 0.5), percentile(st.host_us, 0.99));
   std::printf("  host time per step         p50 %.2f us, p99 %.2f us (scheduler + model front + launches,\n"
               "                             waits for the device included)\n",
               percentile(st.step_host_us, 0.5), percentile(st.step_host_us, 0.99));
   std::printf("  host waits for the device  %llu of %lld launches, %.2f s in all (the GPU is the bottleneck)\n",
-              static_cast<unsigned long long>(r.host_waits), st.chunks, st.waited_us / 1e6);
-  std::printf("  GPU time per chunk         p50 %.1f us, p99 %.1f us\n", percentile(st.gpu_us, 0.5), percentile(st.gpu_us, 0.99));
+              static_cast<unsigned long long>(r.host_waits), st.launches, st.waited_us / 1e6);
+  std::printf("  GPU time per %s          p50 %.1f us, p99 %.1f us\n", opt.one_launch ? "step " : "chunk",
+              percentile(st.gpu_us, 0.5), percentile(st.gpu_us, 0.99));
   std::printf("  graph hits / eager runs    %lld / %lld\n", st.graph_hits, st.eager_runs);
   std::printf("  padding waste              %.2f%% (%lld padded / %lld real tokens)\n", 100 * st.waste(), st.padded, st.tokens);
   if (r.counter != nullptr) {
@@ -306,7 +314,8 @@ void write_json(const Report& r) {
   // Runs without the allocation counter are the ones whose host times are clean (no CUPTI).
   const std::string name = r.counter != nullptr ? "serve_loop/default" : "serve_loop/no-cupti";
   const std::string variant =
-      std::string(opt.eager ? "spgraph-eager" : "spgraph-graph") + (opt.engine_buffers ? "-engine-buffers" : "");
+      std::string(opt.eager ? "spgraph-eager" : "spgraph-graph") + (opt.engine_buffers ? "-engine-buffers" : "") +
+      (opt.one_launch ? "-one-launch" : "");
   auto add = [&](const char* metric, double v) { rep.add({"executor", name, variant, metric, v}); };
   add("steps", static_cast<double>(opt.steps));
   add("tokens_per_s", st.tokens_per_s());
@@ -332,7 +341,7 @@ void write_json(const Report& r) {
 
 /// The serving loop around the executor: per scheduler step, the model front writes each chunk's
 /// inputs and the executor runs the chunk (one graph launch), timed and optionally checksummed
-/// and verified.
+/// and verified; with --one-launch the executor runs the whole step in one launch instead.
 class ServeLoop {
  public:
   ServeLoop(const Options& opt, spg::graphs::Executor& ex)
@@ -357,15 +366,19 @@ class ServeLoop {
       prompts_.refill(sched_);
       const spg::scheduler::StepPlan plan = sched_.schedule();
       stats_.finished += static_cast<long long>(plan.finished.size());
-      for (const spg::scheduler::ChunkPlan& cp : plan.chunks) {
-        if (!serve_chunk(step, cp)) return false;
+      if (opt_.one_launch) {
+        if (!plan.chunks.empty() && !serve_step(step, plan)) return false;
+      } else {
+        for (const spg::scheduler::ChunkPlan& cp : plan.chunks) {
+          if (!serve_chunk(step, cp)) return false;
+        }
       }
       stats_.step_host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s0).count());
       progress.update(step + 1);
     }
     ex_.synchronize();
     stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    stats_.gpu_us = gpu_.finish(stats_.chunks);
+    stats_.gpu_us = gpu_.finish(stats_.launches);
     return true;
   }
 
@@ -377,6 +390,8 @@ class ServeLoop {
   static spg::scheduler::SchedulerConfig scheduler_config(const Options& o) {
     spg::scheduler::SchedulerConfig sc;
     sc.max_num_batched_tokens = o.budget;
+    // A chunk holds at most R requests: capping the chunks caps a step's requests at max_step_requests.
+    if (o.one_launch) sc.max_chunks_per_step = std::max(1, o.step_requests / o.max_requests);
     return sc;
   }
 
@@ -390,7 +405,7 @@ class ServeLoop {
                              static_cast<int>(verified_.size()) < opt_.verify && cp.num_tokens > 0;
     if (verify_this) verifier_.before(cp);
     SPG_CUDA_TRY(kernels::SyntheticFront::run(front, ex_.stream()));
-    gpu_.start(stats_.chunks, ex_.stream());
+    gpu_.start(stats_.launches, ex_.stream());
     const auto h0 = std::chrono::steady_clock::now();
     graphs::RunResult r = opt_.eager ? ex_.run_eager(input) : ex_.run(input);
     const auto h1 = std::chrono::steady_clock::now();
@@ -406,7 +421,7 @@ class ServeLoop {
       print_failure(step, r);
       return false;
     }
-    gpu_.stop(stats_.chunks, ex_.stream());
+    gpu_.stop(stats_.launches, ex_.stream());
     // Host work only: a wait for the device to free a staging block is the device's time.
     stats_.host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() - r.waited_us);
     stats_.waited_us += r.waited_us;
@@ -418,6 +433,35 @@ class ServeLoop {
       verified_.push_back(static_cast<int>(step));
     }
     ++stats_.chunks;
+    ++stats_.launches;
+    return true;
+  }
+
+  /// A whole step in one run(): one model front for all its chunks (they share the rows).
+  bool serve_step(long step, const spg::scheduler::StepPlan& plan) {
+    using namespace spg;
+    const graphs::StepInput& input = plan.input();
+    SPG_CUDA_TRY(kernels::SyntheticFront::run(
+        samples::make_step_front_args(front_layers_, plan, opt_.seed, static_cast<std::uint64_t>(stats_.launches)),
+        ex_.stream()));
+    gpu_.start(stats_.launches, ex_.stream());
+    const auto h0 = std::chrono::steady_clock::now();
+    const graphs::RunResult r = opt_.eager ? ex_.run_eager(input) : ex_.run(input);
+    const auto h1 = std::chrono::steady_clock::now();
+    if (!r.ok()) {
+      print_failure(step, r);
+      return false;
+    }
+    gpu_.stop(stats_.launches, ex_.stream());
+    stats_.host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() - r.waited_us);
+    stats_.waited_us += r.waited_us;
+    ++(opt_.eager ? stats_.eager_runs : stats_.graph_hits);
+    for (const scheduler::ChunkPlan& cp : plan.chunks) {
+      stats_.padded += ex_.buckets().t_of(ex_.buckets().lookup(cp.num_requests, cp.num_tokens)) - cp.num_tokens;
+      stats_.tokens += cp.num_tokens;
+    }
+    stats_.chunks += r.chunks;
+    ++stats_.launches;
     return true;
   }
 
@@ -440,9 +484,9 @@ int run(const Options& opt) {
   // The counter's CUPTI subscriber costs every cudaGraphLaunch ~0.2 us a node, so host times are
   // only representative with --no-alloc-count.
   memory::AllocationCounter* counter = opt.count_allocations ? &memory::AllocationCounter::instance() : nullptr;
-  std::printf("serve_loop: %s mode, %ld steps, budget %d tokens/step, chunks of <= %d requests x %d tokens%s\n",
+  std::printf("serve_loop: %s mode, %ld steps, budget %d tokens/step, chunks of <= %d requests x %d tokens%s%s\n",
               opt.eager ? "eager" : "graph", opt.steps, opt.budget, config.max_requests, config.max_tokens,
-              opt.engine_buffers ? ", engine-owned buffers" : "");
+              opt.engine_buffers ? ", engine-owned buffers" : "", opt.one_launch ? ", one launch per step" : "");
 
   // 1. The executor: bind the engine's buffers (or let the pool hold everything), then warm up.
   graphs::ExecutorOptions eo;
@@ -450,6 +494,10 @@ int run(const Options& opt) {
   if (opt.engine_buffers) {
     engine = std::make_unique<samples::EngineBuffers>(config, eo.insert);
     eo.buffers = engine->bindings();
+  }
+  if (opt.one_launch) {  // each scheduler step through run(StepInput): one launch a step
+    eo.max_step_requests = opt.step_requests;
+    eo.max_step_tokens = opt.budget;
   }
   graphs::Executor ex(config, eo);
   const graphs::WarmupReport warm = ex.warmup();
@@ -461,7 +509,7 @@ int run(const Options& opt) {
               engine ? (", engine buffers " + memory::format_bytes(engine->bytes())).c_str() : "");
   fill_model_front(ex, opt.seed);
 
-  // 2. The loop: scheduler steps, each chunk one executor run.
+  // 2. The loop: scheduler steps, each chunk one executor run (each step one, with --one-launch).
   ServeLoop loop(opt, ex);
   if (!loop.run(counter)) return 1;
 
@@ -502,7 +550,7 @@ int main(int argc, char** argv) {
     const spg::memory::PipelineConfig config = make_config(opt);
     config.validate();
     if (opt.plan_only) {
-      print_plan(config, opt.engine_buffers);
+      print_plan(config, opt);
       return 0;
     }
     if (!spg::memory::cuda_device_available()) {
@@ -511,7 +559,7 @@ int main(int argc, char** argv) {
         return 77;
       }
       std::printf("serve_loop: no CUDA device found; running the CPU-side planner instead.\n\n");
-      print_plan(config, opt.engine_buffers);
+      print_plan(config, opt);
       return 0;
     }
     return run(opt);

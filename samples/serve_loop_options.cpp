@@ -26,6 +26,7 @@ const std::vector<IntegerFlag> kIntegerFlags = {
     {"--max-requests", 1, 64},
     {"--max-tokens", 16, 65536},
     {"--max-model-len", 1, 1 << 20},
+    {"--step-requests", 1, 4096},  // graphs::kMaxStepRequests
 };
 
 const IntegerFlag& integer_flag(const char* name) {
@@ -127,6 +128,13 @@ std::string serve_loop_help() {
          "  --no-alloc-count     do not count CUDA allocation calls: CUPTI stays unloaded, so host times\n"
          "                       are not inflated by its subscriber (graph launches cost ~2 us instead of\n"
          "                       ~0.2 us a node)\n"
+         "  --one-launch         launch each scheduler step whole, run(StepInput): one graph launch per\n"
+         "                       step (eager mode: the same kernels from a host loop); the model front\n"
+         "                       runs once per step; not with --checksum or --verify (a step's\n"
+         "                       chunks share the layer buffers' rows; docs/graphs.md, Steps)\n"
+         "  --step-requests N    most requests in a step with --one-launch, " + b("--step-requests") +
+         " (default 64;\n"
+         "                       the scheduler then opens at most N / R chunks a step)\n"
          "  --no-progress        no progress bar\n"
          "Integers are decimal digits only (no sign, spaces or hex).\n";
 }
@@ -168,6 +176,10 @@ ParsedCommandLine parse_serve_loop_options(const std::vector<std::string>& args)
         o.engine_buffers = true;
       } else if (a == "--allow-faults") {
         o.allow_faults = true;
+      } else if (a == "--one-launch") {
+        o.one_launch = true;
+      } else if (a == "--step-requests") {
+        o.step_requests = static_cast<int>(take_int("--step-requests"));
       } else if (a == "--steps") {
         o.steps = static_cast<long>(take_int("--steps"));
       } else if (a == "--verify") {
@@ -227,6 +239,14 @@ ParsedCommandLine parse_serve_loop_options(const std::vector<std::string>& args)
     if (o.max_len > o.max_model_len) {
       throw UsageError{"--max-len = " + std::to_string(o.max_len) + " must be at most --max-model-len = " +
                        std::to_string(o.max_model_len)};
+    }
+    if (o.one_launch && (o.checksum || o.verify > 0)) {
+      throw UsageError{"--one-launch cannot be combined with --checksum or --verify: a step's chunks share the "
+                       "layer buffers' rows"};
+    }
+    if (o.one_launch && o.budget > (1 << 20)) {
+      throw UsageError{"--budget = " + std::to_string(o.budget) + " must be at most 1048576 with --one-launch "
+                       "(max_step_tokens)"};
     }
     if (o.min_len > o.max_len) {
       throw UsageError{"--min-len = " + std::to_string(o.min_len) + " must be at most --max-len = " +

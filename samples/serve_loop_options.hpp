@@ -24,6 +24,8 @@ struct ServeLoopOptions {
   bool derive_slots{false};      // --derive-slots: leave the insert slots to the device
   bool engine_buffers{false};    // --engine-buffers: caches and tensors from the model front's own cudaMallocs
   bool allow_faults{false};      // --allow-faults: device faults over the run do not fail the exit code
+  bool one_launch{false};        // --one-launch: each scheduler step whole through run(StepInput)
+  int step_requests{64};         // --step-requests: max_step_requests with --one-launch
   long steps{1000};
   int verify{0};
   std::string json;

@@ -67,6 +67,27 @@ kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& l
   return make_front_args(layers, plan.query_start_loc, plan.seq_lens, new_rows, seed, step);
 }
 
+kernels::SyntheticFrontArgs make_step_front_args(const kernels::SyntheticFrontArgs& layers,
+                                                 const scheduler::StepPlan& plan, std::uint64_t seed,
+                                                 std::uint64_t step) {
+  SPG_EXPECTS(!plan.chunks.empty(), "make_step_front_args: the step has no chunks");
+  int tokens = 0;
+  int shortest = plan.chunks.front().seq_lens.front();
+  int new_rows[kNumRatios] = {0, 0, 0};
+  for (const scheduler::ChunkPlan& c : plan.chunks) {
+    tokens = std::max(tokens, c.num_tokens);
+    for (const std::int32_t s : c.seq_lens) shortest = std::min(shortest, static_cast<int>(s));
+    for (const scheduler::ChunkCachePlan& cache : c.caches) {
+      if (cache.ratio == 1) continue;
+      int& n = new_rows[graphs::ratio_index(cache.ratio)];
+      n = std::max(n, cache.num_new_rows());
+    }
+  }
+  const std::int32_t qsl[2] = {0, tokens};
+  const std::int32_t seq[1] = {shortest};
+  return make_front_args(layers, qsl, seq, new_rows, seed, step);
+}
+
 Verifier::Verifier(graphs::Executor& ex, std::uint64_t seed) : ex_(ex), seed_(seed), rng_(seed ^ 0xabcdefULL) {}
 
 Verifier::Snapshot Verifier::snapshot(std::size_t layer, bool compressed, const std::vector<std::int32_t>& blocks) const {

@@ -14,6 +14,7 @@
 #include "kernels/synthetic_front/synthetic_front.hpp"
 #include "memory/pipeline_config.hpp"
 #include "scheduler/chunk_plan.hpp"
+#include "scheduler/prefill_scheduler.hpp"
 
 namespace spg::samples {
 
@@ -30,6 +31,13 @@ kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& l
 /// @brief The same for a scheduler chunk (step = the chunk's global index).
 kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& layers,
                                             const scheduler::ChunkPlan& plan, std::uint64_t seed, std::uint64_t step);
+
+/// @brief One model front for a whole step run by run(StepInput): its chunks share the layer
+///        buffers' rows, so the front fills the rows of the step's largest chunk with top-k indices
+///        valid for its shortest sequence (every chunk's requests are at least that long).
+kernels::SyntheticFrontArgs make_step_front_args(const kernels::SyntheticFrontArgs& layers,
+                                                 const scheduler::StepPlan& plan, std::uint64_t seed,
+                                                 std::uint64_t step);
 
 /// @brief Checks sampled chunks end to end: before() snapshots the cache blocks the chunk touches,
 ///        after() checks the inserted bytes and the sampled tokens' outputs.

@@ -41,6 +41,30 @@ int StepPlan::num_tokens() const noexcept {
   return n;
 }
 
+const graphs::StepInput& StepPlan::input() const {
+  request_inputs_.clear();
+  std::int64_t last_id = -1;
+  for (const ChunkPlan& c : chunks) {
+    const graphs::ChunkInput& in = c.input();
+    for (std::size_t b = 0; b < in.requests.size(); ++b) {
+      const graphs::RequestInput& r = in.requests[b];
+      // A request continues from one chunk into the next only as the last piece of the one and
+      // the first of the other (chunk_split.hpp): merging neighbours restores the request.
+      if (b == 0 && !request_inputs_.empty() && c.request_ids[b] == last_id) {
+        graphs::RequestInput& whole = request_inputs_.back();
+        const int query_len = whole.query_len + r.query_len;
+        whole = r;
+        whole.query_len = query_len;
+      } else {
+        request_inputs_.push_back(r);
+      }
+      last_id = c.request_ids[b];
+    }
+  }
+  input_.requests = request_inputs_;
+  return input_;
+}
+
 namespace {
 const memory::PipelineConfig& validated(const memory::PipelineConfig& pipeline) {
   pipeline.validate();
@@ -54,7 +78,8 @@ PrefillScheduler::PrefillScheduler(const memory::PipelineConfig& pipeline, const
       max_requests_(pipeline.max_requests),
       max_tokens_(pipeline.max_tokens),
       max_model_len_(pipeline.max_model_len),
-      window_(pipeline.window()) {
+      window_(pipeline.window()),
+      limits_{pipeline.max_requests, pipeline.max_tokens, config.max_chunks_per_step} {
   config_.validate();
   for (const CacheKind& k : kinds_) {
     const char* field = k.is_swa() ? "cache.swa_blocks" : "cache.compressed_blocks";
@@ -101,8 +126,14 @@ void PrefillScheduler::submit(std::span<const Request> requests) {
   }
 }
 
-bool PrefillScheduler::chunk_full(const ChunkPlan& chunk) const noexcept {
-  return chunk.num_requests >= max_requests_ || chunk.num_tokens >= max_tokens_;
+graphs::SplitCursor PrefillScheduler::cursor(const StepPlan& plan) const noexcept {
+  graphs::SplitCursor at;
+  at.chunks = static_cast<int>(plan.chunks.size());
+  if (!plan.chunks.empty()) {
+    at.requests = plan.chunks.back().num_requests;
+    at.tokens = plan.chunks.back().num_tokens;
+  }
+  return at;
 }
 
 bool PrefillScheduler::has_room(const StepPlan& plan, int budget_left) const noexcept {
@@ -111,7 +142,7 @@ bool PrefillScheduler::has_room(const StepPlan& plan, int budget_left) const noe
   }
   const bool may_open = config_.max_chunks_per_step == 0 ||
                         static_cast<int>(plan.chunks.size()) < config_.max_chunks_per_step;
-  return may_open || !chunk_full(plan.chunks.back());
+  return may_open || !graphs::chunk_full(limits_, cursor(plan));
 }
 
 bool PrefillScheduler::fits(const detail::RequestState& state) const noexcept {
@@ -169,26 +200,19 @@ int PrefillScheduler::serve(detail::RequestState& state, StepPlan& plan, int bud
     want = std::min(want, config_.max_tokens_per_request);
   }
 
-  // Cut the request's tokens into pieces: the rest of the open chunk, then fresh chunks.
+  // Cut the request's tokens into pieces by the one split rule (graphs/chunk_split.hpp): the
+  // rest of the open chunk, then fresh chunks.
   pieces_.clear();
-  int chunks = static_cast<int>(plan.chunks.size());
-  int open_tokens = plan.chunks.empty() || chunk_full(plan.chunks.back()) ? -1 : plan.chunks.back().num_tokens;
+  graphs::SplitCursor at = cursor(plan);
   int take = 0;
   while (take < want) {
-    bool fresh = false;
-    if (open_tokens < 0) {
-      if (config_.max_chunks_per_step > 0 && chunks >= config_.max_chunks_per_step) {
-        break;
-      }
-      fresh = true;
-      ++chunks;
-      open_tokens = 0;
+    const graphs::ChunkPiece p = graphs::next_piece(limits_, at, want - take, take > 0);
+    if (p.tokens == 0) {
+      break;  // the cap on chunks per step
     }
-    const int n = std::min(want - take, max_tokens_ - open_tokens);
-    pieces_.push_back(Piece{fresh, n});
-    take += n;
-    // A request never appears twice in a chunk, so its next piece always opens a fresh chunk.
-    open_tokens = -1;
+    graphs::advance(at, p);
+    pieces_.push_back(p);
+    take += p.tokens;
   }
 
   // All kinds at once for the whole step; admission promised these blocks, so this cannot fail.
@@ -202,7 +226,7 @@ int PrefillScheduler::serve(detail::RequestState& state, StepPlan& plan, int bud
     promised_[k] -= need;
   }
 
-  for (const Piece& p : pieces_) {
+  for (const graphs::ChunkPiece& p : pieces_) {
     if (p.new_chunk) {
       plan.chunks.push_back(empty_chunk());
     }

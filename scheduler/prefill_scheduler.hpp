@@ -2,7 +2,8 @@
 //
 // Each schedule() call forms one step: a FIFO walk over the requests that gives each as many
 // tokens as the step's budget (and an optional per-request cap) allows, cut into chunks of at most
-// R requests and T tokens. A step holds one or more chunks; a request's tokens in a step are
+// R requests and T tokens by the split rule of graphs/chunk_split.hpp (the executor's run(step)
+// cuts by the same rule). A step holds one or more chunks; a request's tokens in a step are
 // contiguous and may continue from one chunk into the next, so the executor must run a step's
 // chunks in order (the insert stage of a chunk writes the rows the next one reads).
 //
@@ -21,6 +22,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "graphs/chunk_split.hpp"
+#include "graphs/step.hpp"
 #include "memory/pipeline_config.hpp"
 #include "scheduler/block_allocator.hpp"
 #include "scheduler/cache_kind.hpp"
@@ -50,6 +53,15 @@ struct StepPlan {
   std::vector<std::int64_t> finished;  ///< requests prefilled to the end in this step
 
   [[nodiscard]] int num_tokens() const noexcept;
+  /// The step as the executor's run(StepInput) input: one entry per request, its pieces merged
+  /// (query_len their sum, seq_len and block tables the last piece's). Spans into this plan, valid
+  /// while it lives, until the next input() call. run(StepInput) splits it by the same rule back
+  /// into these chunks; the insert slots are left to the device.
+  [[nodiscard]] const graphs::StepInput& input() const;
+
+ private:
+  mutable std::vector<graphs::RequestInput> request_inputs_;
+  mutable graphs::StepInput input_;
 };
 
 /// @brief Engine-style chunked prefill scheduler with one paged block allocator per cache kind.
@@ -98,13 +110,8 @@ class PrefillScheduler {
   [[nodiscard]] const SchedulerConfig& config() const noexcept { return config_; }
 
  private:
-  struct Piece {
-    bool new_chunk;
-    int tokens;
-  };
-
   [[nodiscard]] bool has_room(const StepPlan& plan, int budget_left) const noexcept;
-  [[nodiscard]] bool chunk_full(const ChunkPlan& chunk) const noexcept;
+  [[nodiscard]] graphs::SplitCursor cursor(const StepPlan& plan) const noexcept;
   [[nodiscard]] bool fits(const detail::RequestState& state) const noexcept;
   [[nodiscard]] ChunkPlan empty_chunk() const;
   // Gives `state` its tokens of this step; returns how many.
@@ -117,6 +124,7 @@ class PrefillScheduler {
   int max_tokens_;
   int max_model_len_;
   int window_;
+  graphs::ChunkLimits limits_;  // R, T and max_chunks_per_step: the split rule's limits
 
   std::vector<BlockAllocator> allocators_;
   std::vector<int> promised_;  // per kind: blocks running requests will still take
@@ -125,7 +133,7 @@ class PrefillScheduler {
   std::vector<detail::RequestState> running_;   // in admission (so arrival) order
   std::vector<detail::RequestState> retired_;   // finished last step: blocks return next schedule()
   std::unordered_set<std::int64_t> live_ids_;   // pending and running
-  std::vector<Piece> pieces_;                   // scratch of serve()
+  std::vector<graphs::ChunkPiece> pieces_;      // scratch of serve()
   std::int64_t next_step_{0};
 };
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "kernels/stage_in/stage_in_kernel.cuh"
 #include "memory/error.hpp"
 
 namespace spg::kernels {
@@ -15,25 +16,7 @@ constexpr int kMaxCtas = 16;  // 4096 threads: a 64 KiB block in one round trip 
 __global__ void __launch_bounds__(kThreads) stage_in_kernel(const uint4* __restrict__ staging, uint4* __restrict__ meta,
                                                              int vectors, StatusBlock* status) {
   const int tid = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (tid == 0) {
-    // The previous step (stream or graph order: it has completed) left its counts here: fold them
-    // into the run's totals, then start this step at zero. One thread, ~20 words.
-    StepStatus& step = status->step;
-    RunFaults& run = status->run;
-    std::uint32_t any = 0;
-    for (int k = 0; k < kFaultKinds; ++k) {
-      run.counts[k] += step.counts[k];
-      any |= step.counts[k];
-      step.counts[k] = 0;
-    }
-    if (any != 0) ++run.faulty_steps;
-    if (run.recorded == 0 && step.recorded != 0) {
-      run.first = step.first;
-      run.recorded = 1;
-    }
-    step.recorded = 0;
-    step.first = FaultRecord{0, 0, 0, 0};
-  }
+  if (tid == 0) detail::fold_step_faults(status);
   for (int i = tid; i < vectors; i += static_cast<int>(gridDim.x * blockDim.x)) meta[i] = staging[i];
 }
 

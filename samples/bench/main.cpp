@@ -15,6 +15,7 @@
 #include "samples/bench/bench_attention.hpp"
 #include "samples/bench/bench_kernels.hpp"
 #include "samples/bench/bench_pipeline.hpp"
+#include "samples/bench/bench_step.hpp"
 #include "samples/bench/probes.hpp"
 #include "samples/bench/report.hpp"
 
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
     if (tables.find('D') != std::string::npos) {
       bench::run_executor_benchmarks(rep);
       bench::run_launch_probe(rep);
+      bench::run_step_benchmarks(rep);
     }
     for (const char* suite : {"ceilings", "attention", "pipeline", "kernels", "executor"}) rep.print_table(suite);
     if (!json.empty()) {

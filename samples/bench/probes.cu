@@ -1,11 +1,14 @@
 // See probes.hpp.
 #include "samples/bench/probes.hpp"
 
+#include <cuda.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "graphs/graph.hpp"
@@ -49,6 +52,38 @@ __global__ void __launch_bounds__(512) copy_kernel(uint4* __restrict__ dst, cons
 
 __global__ void set_switch_kernel(cudaGraphConditionalHandle handle, const int* value) {
   cudaGraphSetConditional(handle, static_cast<unsigned>(*value));
+}
+
+// ---- the property probe: one property of the real step graphs at a time ----
+
+/// A by-value parameter block as large as the attention's (a few hundred bytes to 2 KiB).
+struct LargeParams {
+  int words[512];
+};
+
+__global__ void tensor_map_kernel(int* sink, const __grid_constant__ CUtensorMap map) {
+  if (sink != nullptr && threadIdx.x == 1024) *sink = static_cast<int>(reinterpret_cast<const char*>(&map)[0]);
+}
+
+__global__ void large_params_kernel(int* sink, const LargeParams p) {
+  if (sink != nullptr && threadIdx.x == 1024) *sink = p.words[threadIdx.x % 512];
+}
+
+/// Distinct kernels: one function per N (the real graphs launch ~6 distinct kernels per layer).
+template <int N>
+__global__ void distinct_kernel(int* sink) {
+  if (sink != nullptr && threadIdx.x == 1024) *sink = N;
+}
+
+template <int... N>
+cudaError_t launch_distinct(int k, cudaStream_t stream, std::integer_sequence<int, N...>) {
+  using Fn = void (*)(int*);
+  static constexpr Fn fns[] = {&distinct_kernel<N>...};
+  void* args[] = {nullptr};
+  int* sink = nullptr;
+  args[0] = &sink;
+  return cudaLaunchKernel(reinterpret_cast<const void*>(fns[k % static_cast<int>(sizeof...(N))]), dim3(1), dim3(32),
+                          args, 0, stream);
 }
 
 __global__ void tail_launch_probe_kernel(cudaGraphExec_t exec) { (void)cudaGraphLaunch(exec, cudaStreamGraphTailLaunch); }
@@ -128,6 +163,70 @@ void run_indirect_launch_probe(Reporter& rep, cudaStream_t stream) {
     rep.add({"executor", "launch-probe/switch3/" + k, "graph", "host_launch_us", switch_us});
     std::printf("  launch-probe %-4d kernels: tail-launching 1-node graph %.2f us, switch node (3 bodies) %.2f us\n",
                 kernels, tail_us, switch_us);
+  }
+}
+
+enum class Property { plain, pdl, tensor_map, large_params, distinct, all };
+
+const char* property_name(Property p) {
+  switch (p) {
+    case Property::plain: return "plain";
+    case Property::pdl: return "pdl-edges";
+    case Property::tensor_map: return "tensor-map-param";
+    case Property::large_params: return "2KiB-params";
+    case Property::distinct: return "40-distinct-kernels";
+    default: return "all-four";
+  }
+}
+
+/// Launches kernel k of a chain with the properties `p` asks for (captured by the caller).
+cudaError_t launch_with(Property p, int k, cudaStream_t stream) {
+  const bool pdl = p == Property::pdl || p == Property::all;
+  const bool tmap = p == Property::tensor_map || p == Property::all;
+  const bool large = p == Property::large_params || p == Property::all;
+  const bool distinct = p == Property::distinct || p == Property::all;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(32);
+  cfg.stream = stream;
+  cfg.attrs = pdl && k > 0 ? &attr : nullptr;
+  cfg.numAttrs = pdl && k > 0 ? 1 : 0;
+  int* sink = nullptr;
+  // With several properties, kernels rotate over the property kernels and the distinct ones.
+  if (distinct && (!(tmap || large) || k % 3 == 0)) {
+    if (!pdl) return launch_distinct(k, stream, std::make_integer_sequence<int, 40>{});
+    using Fn = void (*)(int*);
+    static constexpr Fn fns[] = {&distinct_kernel<0>, &distinct_kernel<1>, &distinct_kernel<2>, &distinct_kernel<3>,
+                                 &distinct_kernel<4>, &distinct_kernel<5>, &distinct_kernel<6>, &distinct_kernel<7>};
+    return cudaLaunchKernelEx(&cfg, fns[k % 8], sink);
+  }
+  if (tmap && (!large || k % 3 == 1)) {
+    CUtensorMap map{};
+    return cudaLaunchKernelEx(&cfg, tensor_map_kernel, sink, map);
+  }
+  if (large) {
+    LargeParams params{};
+    return cudaLaunchKernelEx(&cfg, large_params_kernel, sink, params);
+  }
+  return cudaLaunchKernelEx(&cfg, empty_kernel, sink);
+}
+
+/// cudaGraphLaunch host cost of a 40-kernel chain that adds one property of the real step graphs
+/// at a time (then all four): which of them makes a launch cost more than the plain chain.
+void run_property_probe(Reporter& rep, cudaStream_t stream) {
+  for (Property p : {Property::plain, Property::pdl, Property::tensor_map, Property::large_params, Property::distinct,
+                     Property::all}) {
+    const graphs::GraphExec exec = [&] {
+      graphs::CaptureGuard guard(stream);
+      for (int k = 0; k < 40; ++k) SPG_CUDA_TRY(launch_with(p, k, stream));
+      return graphs::GraphExec::instantiate(guard.finish(), stream);
+    }();
+    const double us = median_launch_us(exec, stream);
+    rep.add({"executor", std::string("launch-probe/property/") + property_name(p), "graph", "host_launch_us", us});
+    std::printf("  launch-probe 40 kernels, %-20s cudaGraphLaunch %.2f us\n", property_name(p), us);
   }
 }
 
@@ -261,6 +360,7 @@ void run_launch_probe(Reporter& rep) {
     }
   }
   run_indirect_launch_probe(rep, stream.get());
+  run_property_probe(rep, stream.get());
   run_cupti_probe(rep, stream.get());
 }
 

@@ -91,3 +91,16 @@ TEST_CASE("serve_loop flags: help, unknown flags, cross-flag bounds", "[serve_lo
   CHECK(p.options.derive_slots);
   CHECK(p.options.arrivals == spg::scheduler::ArrivalPattern::poisson);
 }
+
+TEST_CASE("serve_loop --one-launch takes whole steps and refuses what needs per-chunk outputs", "[serve_loop]") {
+  const ParsedCommandLine p = parse({"--one-launch", "--step-requests", "128", "--budget", "16384"});
+  REQUIRE(p.error.empty());
+  CHECK(p.options.one_launch);
+  CHECK(p.options.step_requests == 128);
+  CHECK(parse({}).options.step_requests == 64);
+  CHECK(!parse({}).options.one_launch);
+  CHECK(has(parse({"--one-launch", "--checksum"}).error, "cannot be combined with --checksum or --verify"));
+  CHECK(has(parse({"--one-launch", "--verify", "3"}).error, "cannot be combined with --checksum or --verify"));
+  CHECK(has(parse({"--one-launch", "--budget", "2000000"}).error, "--budget = 2000000 must be at most 1048576"));
+  CHECK(has(parse({"--step-requests", "4097"}).error, "[1, 4096]"));
+}

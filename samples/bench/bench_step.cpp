@@ -1,0 +1,176 @@
+// Table D (steps): see bench_step.hpp.
+#include "samples/bench/bench_step.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graphs/executor.hpp"
+#include "graphs/step.hpp"
+#include "kernels/synthetic_front/synthetic_front.hpp"
+#include "memory/error.hpp"
+#include "memory/resources.hpp"
+#include "samples/serve_loop_verify.hpp"
+
+namespace spg::bench {
+
+namespace {
+
+constexpr int kR = 4;
+constexpr int kT = 256;
+constexpr int kQuery = kT / kR;  // every request 64 tokens: a chunk of 4 requests fills T
+constexpr int kPrefix = 2048;
+constexpr int kMaxChunks = 16;
+constexpr int kReps = 200;
+
+memory::PipelineConfig step_config(bool model) {
+  const int len = (kPrefix + kQuery + 255) / 256 * 256;
+  memory::PipelineConfig c;
+  if (model) {
+    c = memory::PipelineConfig::v4_default();
+    c.max_requests = kR;
+    c.max_tokens = kT;
+    c.max_model_len = len;
+  } else {
+    c = memory::PipelineConfig::single_layer(memory::LayerConfig{128, 512, 512, 128, 4, 1024, 0.0F, true}, kR, kT, len);
+  }
+  c.cache.swa_blocks = kMaxChunks * kR * c.swa_blocks_per_request();
+  c.cache.compressed_blocks = kMaxChunks * kR * c.compressed_blocks_per_request();
+  return c;
+}
+
+/// A step of `chunks` x 4 requests of 64 new tokens after 2048, each owning its blocks.
+struct BenchStep {
+  std::vector<std::vector<std::int32_t>> swa, comp;
+  std::vector<graphs::RequestInput> requests;
+};
+
+void make_step(const memory::PipelineConfig& c, int chunks, BenchStep& out) {
+  const int n = chunks * kR;
+  const int per_swa = c.swa_blocks_per_request();
+  const int per_comp = c.compressed_blocks_per_request();
+  out.swa.resize(static_cast<std::size_t>(n));
+  out.comp.resize(static_cast<std::size_t>(n));
+  for (int b = 0; b < n; ++b) {
+    for (int i = 0; i < per_swa; ++i) out.swa[static_cast<std::size_t>(b)].push_back(b * per_swa + i);
+    for (int i = 0; i < per_comp; ++i) out.comp[static_cast<std::size_t>(b)].push_back(b * per_comp + i);
+  }
+  for (int b = 0; b < n; ++b) {
+    graphs::RequestInput r;
+    r.query_len = kQuery;
+    r.seq_len = kPrefix + kQuery;
+    r.swa_blocks = out.swa[static_cast<std::size_t>(b)];
+    for (int i = 1; i < graphs::kNumRatios; ++i) r.compressed_blocks[i] = out.comp[static_cast<std::size_t>(b)];
+    out.requests.push_back(r);
+  }
+}
+
+void fill_inputs(graphs::Executor& ex) {
+  const auto& c = ex.config();
+  for (std::size_t l = 0; l < c.layers.size(); ++l) {
+    const auto& layer = c.layers[l];
+    const graphs::LayerBuffers& v = ex.layer(l);
+    for (const graphs::PagedCache* cache : {&v.swa_cache, &v.compressed_cache}) {
+      if (cache->data == nullptr) continue;
+      const kernels::CacheLayout& cl = cache->layout;
+      SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(cache->data, cl.num_blocks, cl.block_size, cl.block_stride,
+                                                       31 + l, ex.stream()));
+    }
+    const std::size_t elems = std::size_t{1} * c.max_tokens * layer.h_q * layer.d_qk;
+    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(v.q.data_handle(), elems, 5, static_cast<int>(l), ex.stream()));
+    if (layer.attn_sink) {
+      std::vector<float> sink(static_cast<std::size_t>(layer.h_q), 0.5F);
+      SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
+    }
+  }
+  // One front for every chunk: every chunk's requests have the same lengths.
+  const std::vector<std::int32_t> qsl = {0, kT};
+  const std::vector<std::int32_t> seq = {kPrefix + kQuery};
+  const int new_rows[graphs::kNumRatios] = {0, kT / 4, 0};
+  SPG_CUDA_TRY(kernels::SyntheticFront::run(samples::make_front_args(samples::front_layers(ex), qsl, seq, new_rows, 3, 0),
+                                            ex.stream()));
+  SPG_CUDA_TRY(cudaDeviceSynchronize());
+}
+
+void require(const graphs::RunResult& r) {
+  SPG_EXPECTS_AS(StateError, r.ok(), "bench: step failed: " << graphs::run_status_name(r.status) << " ("
+                                                            << (r.bad_field != nullptr ? r.bad_field : "") << ")");
+}
+
+/// GPU microseconds of `launch` on the executor's stream (events around it, waited for).
+template <class Launch>
+double gpu_us(graphs::Executor& ex, memory::Event& a, memory::Event& b, Launch&& launch) {
+  a.record(ex.stream());
+  launch();
+  b.record(ex.stream());
+  b.synchronize();
+  return 1000.0 * b.elapsed_ms_since(a);
+}
+
+}  // namespace
+
+void run_step_benchmarks(Reporter& rep) {
+  for (const bool model : {false, true}) {
+    const memory::PipelineConfig config = step_config(model);
+    graphs::ExecutorOptions opt;
+    opt.time_host_phases = true;
+    opt.max_step_requests = kMaxChunks * kR;
+    opt.max_step_tokens = kMaxChunks * kT;
+    graphs::Executor ex(config, opt);
+    const graphs::WarmupReport w = ex.warmup();
+    fill_inputs(ex);
+    const std::string program = model ? "8-layer" : "1-layer";
+    std::printf("  steps, %s program: %d step graphs of %d bucket bodies, capture %.0f ms (all graphs)\n",
+                program.c_str(), w.step_graphs, w.buckets, w.capture_ms);
+    graphs::StepSplitter splitter(config, ex.step_layout());
+    memory::Event a;
+    memory::Event b;
+    for (const int chunks : {1, 4, 16}) {
+      BenchStep step;
+      make_step(config, chunks, step);
+      const graphs::StepInput in{step.requests};
+      std::vector<double> host;
+      std::vector<double> launch;
+      std::vector<double> staging;
+      for (int i = 0; i < kReps + 10; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const graphs::RunResult r = ex.run(in);
+        const auto t1 = std::chrono::steady_clock::now();
+        require(r);
+        ex.synchronize();
+        if (i < 10) continue;
+        host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        launch.push_back(r.phases.launch_us);
+        staging.push_back(r.phases.staging_us);
+      }
+      std::vector<double> step_gpu;
+      std::vector<double> eager_gpu;
+      std::vector<double> chunks_gpu;
+      for (int i = 0; i < 21; ++i) {
+        step_gpu.push_back(gpu_us(ex, a, b, [&] { require(ex.run(in)); }));
+        eager_gpu.push_back(gpu_us(ex, a, b, [&] { require(ex.run_eager(in)); }));
+        const int k = splitter.split(in).chunks;
+        double sum = 0;
+        for (int c = 0; c < k; ++c) sum += gpu_us(ex, a, b, [&] { require(ex.run(splitter.chunk(c))); });
+        chunks_gpu.push_back(sum);
+      }
+      const std::string name = "step/" + program + "/" + std::to_string(chunks) + " chunks";
+      auto add = [&](const char* metric, double v) { rep.add({"executor", name, "spgraph-step", metric, v}); };
+      add("host_us", median(host));
+      add("host_launch_us", median(launch));
+      add("host_staging_us", median(staging));
+      add("gpu_us", median(step_gpu));
+      add("gpu_us_chunks_one_by_one", median(chunks_gpu));
+      add("gpu_us_eager_loop", median(eager_gpu));
+      std::printf("  %-28s host %.2f us (staging %.2f, cudaGraphLaunch %.2f); GPU %.1f us vs %.1f us one by one "
+                  "(%+.1f%%), %.1f us eager loop\n",
+                  name.c_str(), median(host), median(staging), median(launch), median(step_gpu), median(chunks_gpu),
+                  100.0 * (median(step_gpu) / median(chunks_gpu) - 1.0), median(eager_gpu));
+    }
+    SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the step benchmark's steps faulted");
+  }
+}
+
+}  // namespace spg::bench

@@ -1,0 +1,234 @@
+// Steps on the host: the split rule shared by the scheduler and run(StepInput), the step options'
+// validation, the step staging layout and its pool slots (graphs/step.hpp, docs/graphs.md "Steps").
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/catch.hpp"
+#include "common/small_configs.hpp"
+#include "graphs/executor.hpp"
+#include "graphs/pipeline_pool.hpp"
+#include "graphs/step.hpp"
+#include "kernels/step_loop/step_loop.hpp"
+#include "memory/error.hpp"
+#include "scheduler/prefill_scheduler.hpp"
+
+using namespace spg;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  UNSCOPED_INFO(text);
+  return text.find(part) != std::string::npos;
+}
+
+std::string refusal(const memory::PipelineConfig& c, const graphs::ExecutorOptions& o) {
+  try {
+    graphs::Executor::check_options(c, o);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+graphs::ExecutorOptions step_options(int requests, int tokens) {
+  graphs::ExecutorOptions o;
+  o.max_step_requests = requests;
+  o.max_step_tokens = tokens;
+  return o;
+}
+
+/// A step of `n` requests with random query lengths in [1, max_query] (seq_len = prefix + query).
+std::vector<graphs::RequestInput> random_step(std::mt19937& rng, int n, int max_query) {
+  std::vector<graphs::RequestInput> r(static_cast<std::size_t>(n));
+  for (auto& q : r) {
+    q.query_len = 1 + static_cast<int>(rng() % static_cast<unsigned>(max_query));
+    q.seq_len = q.query_len + static_cast<int>(rng() % 300);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the split keeps every chunk within R and T, each request's pieces contiguous and in order", "[cpu][step]") {
+  const memory::PipelineConfig c = test::two_layer_config();  // R = 4, T = 64
+  const graphs::StepLayout layout = graphs::StepLayout::make(c, 64, 4096);
+  graphs::StepSplitter splitter(c, layout);
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 64);
+    const int max_query = trial % 3 == 0 ? 200 : (trial % 3 == 1 ? 64 : 9);
+    std::vector<graphs::RequestInput> reqs = random_step(rng, n, max_query);
+    int tokens = 0;
+    for (const auto& r : reqs) tokens += r.query_len;
+    if (tokens > layout.max_tokens) continue;
+    const graphs::StepSplit s = splitter.split(graphs::StepInput{reqs});
+    REQUIRE(s.status == graphs::RunStatus::ok);
+    REQUIRE(s.chunks >= 1);
+    REQUIRE(s.chunks <= graphs::max_split_chunks(n, tokens, c.max_tokens));
+    // Walk the chunks: the pieces of request i follow each other, sum to its query_len and end
+    // at its seq_len; a request appears at most once per chunk and only the first piece of a
+    // chunk may continue the request before it.
+    int request = 0;
+    int placed = 0;
+    int total = 0;
+    for (int k = 0; k < s.chunks; ++k) {
+      const graphs::ChunkInput in = splitter.chunk(k);
+      REQUIRE(!in.requests.empty());
+      REQUIRE(in.requests.size() <= static_cast<std::size_t>(c.max_requests));
+      REQUIRE(in.num_tokens() <= c.max_tokens);
+      for (std::size_t b = 0; b < in.requests.size(); ++b) {
+        if (placed == reqs[static_cast<std::size_t>(request)].query_len) {
+          ++request;
+          placed = 0;
+        }
+        REQUIRE(splitter.request_of(k, static_cast<int>(b)) == request);
+        const graphs::RequestInput& whole = reqs[static_cast<std::size_t>(request)];
+        REQUIRE((placed == 0 || b == 0));  // a continuation opens its chunk
+        placed += in.requests[b].query_len;
+        REQUIRE(in.requests[b].query_len >= 1);
+        REQUIRE(in.requests[b].seq_len == whole.seq_len - whole.query_len + placed);
+        total += in.requests[b].query_len;
+      }
+      // A chunk closes early only when it is full: the next piece opens a fresh chunk because
+      // this one holds R requests or T tokens, or continues a request (which may not join twice).
+    }
+    CHECK(request == n - 1);
+    CHECK(total == tokens);
+  }
+}
+
+TEST_CASE("run(StepInput) cuts a scheduler's step back into the scheduler's own chunks", "[cpu][step]") {
+  memory::PipelineConfig c = test::two_layer_config();
+  c.cache.swa_blocks = 4000;
+  c.cache.compressed_blocks = 1000;
+  for (const int budget : {64, 100, 300, 1024}) {
+    scheduler::SchedulerConfig sc;
+    sc.max_num_batched_tokens = budget;
+    scheduler::PrefillScheduler sched(c, sc);
+    std::mt19937 rng(static_cast<unsigned>(budget));
+    for (int i = 0; i < 40; ++i) {
+      scheduler::Request r;
+      r.id = i;
+      r.prompt_len = 1 + static_cast<int>(rng() % (i % 4 == 0 ? 700U : 40U));
+      sched.submit(r);
+    }
+    const graphs::StepLayout layout = graphs::StepLayout::make(c, 64, budget);
+    graphs::StepSplitter splitter(c, layout);
+    int steps = 0;
+    while (!sched.done() && steps < 200) {
+      const scheduler::StepPlan plan = sched.schedule();
+      ++steps;
+      const graphs::StepInput& in = plan.input();
+      const graphs::StepSplit s = splitter.split(in);
+      REQUIRE(s.status == graphs::RunStatus::ok);
+      REQUIRE(s.chunks == static_cast<int>(plan.chunks.size()));
+      for (int k = 0; k < s.chunks; ++k) {
+        const scheduler::ChunkPlan& want = plan.chunks[static_cast<std::size_t>(k)];
+        const graphs::ChunkInput got = splitter.chunk(k);
+        REQUIRE(got.requests.size() == static_cast<std::size_t>(want.num_requests));
+        for (std::size_t b = 0; b < got.requests.size(); ++b) {
+          CHECK(got.requests[b].query_len == want.query_lens[b]);
+          CHECK(got.requests[b].seq_len == want.seq_lens[b]);
+          CHECK(got.requests[b].swa_blocks.size() >= want.caches[0].block_tables[b].size());
+        }
+      }
+    }
+    CHECK(sched.done());
+  }
+}
+
+TEST_CASE("a step over its maxima or with a bad request is refused, naming what is wrong", "[cpu][step]") {
+  const memory::PipelineConfig c = test::two_layer_config();
+  const graphs::StepLayout layout = graphs::StepLayout::make(c, 8, 100);
+  graphs::StepSplitter splitter(c, layout);
+  std::vector<graphs::RequestInput> reqs(9);
+  for (auto& r : reqs) r.query_len = r.seq_len = 1;
+  graphs::StepSplit s = splitter.split(graphs::StepInput{reqs});
+  CHECK(s.status == graphs::RunStatus::no_bucket);
+  CHECK(std::string(s.bad_field) == "step.requests");
+  reqs.resize(8);
+  reqs[3].query_len = reqs[3].seq_len = 94;  // 101 tokens
+  s = splitter.split(graphs::StepInput{reqs});
+  CHECK(s.status == graphs::RunStatus::no_bucket);
+  CHECK(std::string(s.bad_field) == "step.tokens");
+  reqs[3].query_len = reqs[3].seq_len = 93;  // 100 tokens: at the maximum
+  s = splitter.split(graphs::StepInput{reqs});
+  CHECK(s.status == graphs::RunStatus::ok);
+  CHECK(s.chunks == 3);  // [r0 r1 r2 r3: 1+1+1+61], [r3: 32, r4 r5 r6], [r7]
+  reqs[5].query_len = 0;
+  s = splitter.split(graphs::StepInput{reqs});
+  CHECK(s.status == graphs::RunStatus::bad_chunk);
+  CHECK(s.bad_request == 5);
+  CHECK(std::string(s.bad_field) == "query_len");
+  reqs[5].query_len = 2;
+  reqs[5].seq_len = 1;
+  s = splitter.split(graphs::StepInput{reqs});
+  CHECK(s.status == graphs::RunStatus::bad_chunk);
+  CHECK(s.bad_request == 5);
+  CHECK(std::string(s.bad_field) == "seq_len");
+  s = splitter.split(graphs::StepInput{});
+  CHECK(s.status == graphs::RunStatus::ok);
+  CHECK(s.chunks == 0);
+}
+
+TEST_CASE("the chunk bound holds for the steps that reach it", "[cpu][step]") {
+  // Requests of T + 1 tokens: each opens a chunk, fills it and continues into a fresh one.
+  const memory::PipelineConfig c = test::two_layer_config();  // T = 64
+  const int n = 10;
+  const int tokens = n * 65;
+  const graphs::StepLayout layout = graphs::StepLayout::make(c, n, tokens);
+  graphs::StepSplitter splitter(c, layout);
+  std::vector<graphs::RequestInput> reqs(n);
+  for (auto& r : reqs) r.query_len = r.seq_len = 65;
+  const graphs::StepSplit s = splitter.split(graphs::StepInput{reqs});
+  REQUIRE(s.status == graphs::RunStatus::ok);
+  CHECK(s.chunks == 11);  // [r0 64], [r0 1, r1 63], [r1 2, r2 62], ... [r9 10]
+  CHECK(s.chunks <= layout.max_chunks);
+  CHECK(layout.max_chunks == graphs::max_split_chunks(n, tokens, 64));
+  CHECK(graphs::max_split_chunks(64, 16384, 2048) == 72);
+  CHECK(graphs::max_split_chunks(64, 10, 2048) == 10);  // every chunk holds a token
+}
+
+TEST_CASE("step options are validated, naming the field and its bounds", "[cpu][step]") {
+  const memory::PipelineConfig c = test::two_layer_config();
+  CHECK(refusal(c, step_options(0, 0)) == "accepted");
+  CHECK(refusal(c, step_options(64, 16384)) == "accepted");
+  CHECK(contains(refusal(c, step_options(0, 16)), "max_step_requests = 0"));
+  CHECK(contains(refusal(c, step_options(64, 0)), "max_step_tokens = 0"));
+  CHECK(contains(refusal(c, step_options(-1, 16)), "[1, 4096]"));
+  CHECK(contains(refusal(c, step_options(5000, 16)), "max_step_requests = 5000"));
+  CHECK(contains(refusal(c, step_options(4, (1 << 20) + 1)), "max_step_tokens = 1048577"));
+}
+
+TEST_CASE("the step staging block: header, then 16-byte aligned chunk blocks, planned as pool slots", "[cpu][step]") {
+  const memory::PipelineConfig c = test::two_layer_config();
+  const graphs::ExecutorPlan plan = graphs::plan_executor(c, step_options(64, 1000));
+  const graphs::StepLayout& l = plan.step;
+  CHECK(l.max_chunks == graphs::max_split_chunks(64, 1000, c.max_tokens));
+  CHECK(l.header_words == kernels::StepStateWords::header_words(l.max_chunks));
+  CHECK(l.header_words >= kernels::StepStateWords::buckets + l.max_chunks);
+  CHECK(l.header_words % 4 == 0);
+  CHECK(l.chunk_words == graphs::ChunkMetaLayout::make(c).words);
+  CHECK(l.chunk_words % 4 == 0);
+  CHECK(l.chunk_offset(0) == static_cast<std::size_t>(l.header_words));
+  CHECK(l.chunk_offset(3) == static_cast<std::size_t>(l.header_words) + 3U * static_cast<std::size_t>(l.chunk_words));
+  CHECK(l.bytes() == 4 * l.chunk_offset(l.max_chunks));
+  for (const char* name : graphs::slots::kStepStaging) {
+    const memory::Slot* slot = plan.pool.find(name);
+    REQUIRE(slot != nullptr);
+    CHECK(slot->spec.bytes == l.bytes());
+    CHECK(slot->spec.kind == memory::MemoryKind::pinned_host);
+    CHECK(slot->offset % 16 == 0);
+  }
+  const memory::Slot* state = plan.pool.find(graphs::slots::kStepState);
+  REQUIRE(state != nullptr);
+  CHECK(state->spec.bytes == static_cast<std::size_t>(l.header_words) * 4);
+  CHECK(state->spec.kind == memory::MemoryKind::device);
+  // Without steps nothing is planned for them.
+  const graphs::ExecutorPlan none = graphs::plan_executor(c, {});
+  CHECK(none.step.max_chunks == 0);
+  CHECK(none.pool.find(graphs::slots::kStepState) == nullptr);
+  CHECK(none.pool.find(graphs::slots::kStepStaging[0]) == nullptr);
+}

@@ -1,0 +1,381 @@
+// Steps in one graph launch (graphs/step.hpp, docs/graphs.md "Steps"): a step of k chunks, run as
+// one step-graph launch or as the eager host loop, leaves exactly what k single-chunk runs leave
+// (every layer's outputs and caches, bit for bit, outputs NaN-poisoned before each run); the step
+// graph holds the expected nodes; steps of any size alternate on the graphs warm-up captured; a
+// step of no chunks does nothing; steady state makes no allocation call.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/catch.hpp"
+#include "executor_test_util.hpp"
+#include "graphs/executor.hpp"
+#include "graphs/step.hpp"
+#include "memory/allocation_counter.hpp"
+
+using namespace spg;
+using spg::test::LayerOutputs;
+using spg::test::World;
+
+namespace {
+
+constexpr int kStepRequests = 64;
+constexpr int kStepTokens = 1024;  // 16 chunks of T = 64
+constexpr int kMinPrefix = 256;    // every piece's seq_len > 256: one set of top-k indices fits all
+
+/// small_program() (R = 4, T = 64; C4A, SWA-only, C128A) with caches large enough for 64 requests.
+memory::PipelineConfig step_program() {
+  memory::PipelineConfig c = test::small_program();
+  c.cache.swa_blocks = 521;        // 64 requests of up to 453 tokens: 8 blocks each
+  c.cache.compressed_blocks = 131;  // 2 each
+  return c;
+}
+
+graphs::ExecutorOptions step_options(bool capture = true) {
+  graphs::ExecutorOptions o;
+  o.capture = capture;
+  o.programs = {{0, 1, 2}, {2}};
+  o.max_step_requests = kStepRequests;
+  o.max_step_tokens = kStepTokens;
+  return o;
+}
+
+void require_ok(const graphs::RunResult& r) {
+  INFO("run status: " << graphs::run_status_name(r.status) << ", cuda: " << cudaGetErrorName(r.cuda)
+                      << (r.bad_field != nullptr ? std::string(", ") + r.bad_field + ": " + r.bad_reason : std::string())
+                      << ", chunk " << r.bad_chunk << ", request " << r.bad_request);
+  REQUIRE(r.ok());
+}
+
+/// One step's requests with distinct cache blocks (owning).
+struct StepData {
+  std::vector<graphs::RequestInput> requests;
+  std::vector<std::vector<std::int32_t>> swa;
+  std::vector<std::vector<std::int32_t>> compressed[graphs::kNumRatios];
+  graphs::StepInput input() const { return graphs::StepInput{requests}; }
+};
+
+StepData make_step(const memory::PipelineConfig& cfg, const std::vector<int>& query_lens, std::mt19937_64& rng) {
+  StepData s;
+  std::vector<std::int32_t> swa_free(static_cast<std::size_t>(cfg.cache.swa_blocks));
+  std::iota(swa_free.begin(), swa_free.end(), 0);
+  std::shuffle(swa_free.begin(), swa_free.end(), rng);
+  std::vector<std::int32_t> c_free[graphs::kNumRatios];
+  std::size_t swa_next = 0;
+  std::size_t c_next[graphs::kNumRatios] = {0, 0, 0};
+  for (int i = 1; i < graphs::kNumRatios; ++i) {
+    c_free[i].resize(static_cast<std::size_t>(cfg.cache.compressed_blocks));
+    std::iota(c_free[i].begin(), c_free[i].end(), 0);
+    std::shuffle(c_free[i].begin(), c_free[i].end(), rng);
+  }
+  s.requests.resize(query_lens.size());
+  s.swa.resize(query_lens.size());
+  for (int i = 1; i < graphs::kNumRatios; ++i) s.compressed[i].resize(query_lens.size());
+  for (std::size_t b = 0; b < query_lens.size(); ++b) {
+    graphs::RequestInput& r = s.requests[b];
+    r.query_len = query_lens[b];
+    r.seq_len = kMinPrefix + static_cast<int>(rng() % 64) + r.query_len;
+    const auto swa_need = static_cast<std::size_t>((r.seq_len + cfg.cache.swa_block_size - 1) / cfg.cache.swa_block_size);
+    REQUIRE(swa_next + swa_need <= swa_free.size());
+    s.swa[b].assign(swa_free.begin() + static_cast<std::ptrdiff_t>(swa_next),
+                    swa_free.begin() + static_cast<std::ptrdiff_t>(swa_next + swa_need));
+    swa_next += swa_need;
+    const auto c_need = static_cast<std::size_t>((r.seq_len + cfg.cache.block_tokens - 1) / cfg.cache.block_tokens);
+    for (int i = 1; i < graphs::kNumRatios; ++i) {
+      REQUIRE(c_next[i] + c_need <= c_free[i].size());
+      s.compressed[i][b].assign(c_free[i].begin() + static_cast<std::ptrdiff_t>(c_next[i]),
+                                c_free[i].begin() + static_cast<std::ptrdiff_t>(c_next[i] + c_need));
+      c_next[i] += c_need;
+    }
+  }
+  for (std::size_t b = 0; b < s.requests.size(); ++b) {
+    s.requests[b].swa_blocks = s.swa[b];
+    for (int i = 1; i < graphs::kNumRatios; ++i) s.requests[b].compressed_blocks[i] = s.compressed[i][b];
+  }
+  return s;
+}
+
+/// A random step that splits into exactly k chunks: a mix of one-token, short, T-token (a chunk of
+/// one request at the bucket maximum) and longer-than-T requests (continued into the next chunk).
+StepData step_of(const memory::PipelineConfig& cfg, graphs::StepSplitter& splitter, int k, std::mt19937_64& rng) {
+  if (k == 0) return StepData{};
+  for (int attempt = 0; attempt < 10000; ++attempt) {
+    std::vector<int> lens;
+    int tokens = 0;
+    while (static_cast<int>(lens.size()) < kStepRequests) {
+      int q = 0;
+      switch (rng() % 5) {
+        case 0: q = 1; break;
+        case 1: q = 1 + static_cast<int>(rng() % 8); break;
+        case 2: q = cfg.max_tokens; break;
+        case 3: q = cfg.max_tokens + 1 + static_cast<int>(rng() % 70); break;
+        default: q = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(cfg.max_tokens)); break;
+      }
+      if (tokens + q > kStepTokens) break;
+      lens.push_back(q);
+      tokens += q;
+      std::vector<graphs::RequestInput> probe(lens.size());
+      for (std::size_t b = 0; b < lens.size(); ++b) probe[b].query_len = probe[b].seq_len = lens[b];
+      const int chunks = splitter.split(graphs::StepInput{probe}).chunks;
+      if (chunks == k && rng() % 3 == 0) return make_step(cfg, lens, rng);
+      if (chunks > k) break;
+    }
+  }
+  FAIL("no random step of " << k << " chunks found");
+  return StepData{};
+}
+
+/// Every layer's caches, bytes on the host.
+struct Caches {
+  std::vector<std::vector<std::uint8_t>> bytes;
+  bool operator==(const Caches&) const = default;
+};
+
+Caches read_caches(graphs::Executor& ex) {
+  ex.synchronize();
+  Caches c;
+  for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
+    for (const graphs::PagedCache* cache : {&ex.layer(l).swa_cache, &ex.layer(l).compressed_cache}) {
+      if (!graphs::bound(*cache)) continue;
+      std::vector<std::uint8_t> host(cache->layout.bytes());
+      SPG_CUDA_TRY(cudaMemcpy(host.data(), cache->data, host.size(), cudaMemcpyDeviceToHost));
+      c.bytes.push_back(std::move(host));
+    }
+  }
+  return c;
+}
+
+void write_caches(graphs::Executor& ex, const Caches& c) {
+  ex.synchronize();
+  std::size_t i = 0;
+  for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
+    for (const graphs::PagedCache* cache : {&ex.layer(l).swa_cache, &ex.layer(l).compressed_cache}) {
+      if (!graphs::bound(*cache)) continue;
+      SPG_CUDA_TRY(cudaMemcpy(cache->data, c.bytes[i].data(), c.bytes[i].size(), cudaMemcpyHostToDevice));
+      ++i;
+    }
+  }
+  SPG_CUDA_TRY(cudaDeviceSynchronize());
+}
+
+void poison_outputs(graphs::Executor& ex) {
+  ex.synchronize();
+  for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
+    test::poison(ex.layer(l).out);
+    test::poison(ex.layer(l).lse);
+    test::poison(ex.layer(l).max_logits);
+  }
+  SPG_CUDA_TRY(cudaDeviceSynchronize());
+}
+
+/// What a run leaves: every layer's outputs (all T rows) and every cache.
+struct State {
+  std::vector<LayerOutputs> outputs;
+  Caches caches;
+  bool operator==(const State& o) const { return outputs == o.outputs && caches == o.caches; }
+};
+
+State read_state(graphs::Executor& ex) {
+  State s;
+  for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
+    s.outputs.push_back(test::read_outputs(ex, l, ex.config().max_tokens));
+  }
+  s.caches = read_caches(ex);
+  return s;
+}
+
+enum class How { chunks, step_eager, step_graph };
+
+/// From the caches `start`, with the outputs poisoned: the step `s` run `how`.
+State run_from(graphs::Executor& ex, graphs::StepSplitter& splitter, const Caches& start, const StepData& s,
+               int program, How how) {
+  write_caches(ex, start);
+  poison_outputs(ex);
+  if (how == How::chunks) {
+    const graphs::StepSplit split = splitter.split(s.input());
+    REQUIRE(split.status == graphs::RunStatus::ok);
+    for (int c = 0; c < split.chunks; ++c) require_ok(ex.run(splitter.chunk(c), program));
+  } else {
+    const graphs::RunResult r = how == How::step_graph ? ex.run(s.input(), program) : ex.run_eager(s.input(), program);
+    require_ok(r);
+    CHECK(r.chunks == splitter.split(s.input()).chunks);
+  }
+  return read_state(ex);
+}
+
+}  // namespace
+
+TEST_CASE("a step of k chunks in one launch leaves what k single-chunk runs leave, bit for bit", "[gpu][step]") {
+  const memory::PipelineConfig cfg = step_program();
+  graphs::Executor ex(cfg, step_options());
+  const graphs::WarmupReport report = ex.warmup();
+  CHECK(report.step_graphs == 2 * ex.programs());
+  World world(ex, 17);
+  world.randomize_topk_all(kMinPrefix);
+  const Caches start = read_caches(ex);
+  graphs::StepSplitter splitter(cfg, ex.step_layout());
+  std::mt19937_64& rng = world.rng();
+
+  // k = 1 .. 16 in a shuffled order: steps of different sizes follow each other on the graphs
+  // warm-up captured (the executor never captures after warm-up).
+  std::vector<int> ks(16);
+  std::iota(ks.begin(), ks.end(), 1);
+  std::shuffle(ks.begin(), ks.end(), rng);
+  std::set<int> buckets_seen;
+  int one_request_chunks = 0;
+  int full_chunks = 0;
+  for (const int k : ks) {
+    const StepData s = step_of(cfg, splitter, k, rng);
+    const graphs::StepSplit split = splitter.split(s.input());
+    REQUIRE(split.chunks == k);
+    for (int c = 0; c < k; ++c) {
+      const graphs::ChunkInput in = splitter.chunk(c);
+      buckets_seen.insert(ex.buckets().lookup(static_cast<int>(in.requests.size()), static_cast<int>(in.num_tokens())));
+      one_request_chunks += in.requests.size() == 1 ? 1 : 0;
+      full_chunks += in.num_tokens() == cfg.max_tokens ? 1 : 0;
+    }
+    const int program = k % 5 == 0 ? 1 : 0;
+    INFO("k = " << k << " chunks, program " << program);
+    const State want = run_from(ex, splitter, start, s, program, How::chunks);
+    // The reference did run: rows of the last chunk are no longer poison.
+    CHECK(!std::isnan(want.outputs.back().lse[0]));
+    CHECK(run_from(ex, splitter, start, s, program, How::step_eager) == want);
+    CHECK(run_from(ex, splitter, start, s, program, How::step_graph) == want);
+    CHECK(run_from(ex, splitter, start, s, program, How::step_graph) == want);  // replayed again
+  }
+  CHECK(buckets_seen.size() >= 5);
+  CHECK(one_request_chunks > 0);
+  CHECK(full_chunks > 0);
+  CHECK(ex.read_run_faults().total() == 0);
+}
+
+TEST_CASE("the step graph holds head, WHILE, next, SWITCH and one body per bucket", "[gpu][step]") {
+  graphs::Executor ex(step_program(), step_options());
+  ex.warmup();
+  for (int p = 0; p < ex.programs(); ++p) {
+    std::vector<const graphs::Pipeline*> bodies;
+    std::size_t want = 4;
+    for (int b = 0; b < ex.buckets().size(); ++b) {
+      bodies.push_back(&ex.pipeline(p, b));
+      want += static_cast<std::size_t>(ex.pipeline(p, b).kernel_launches());
+    }
+    for (int s = 0; s < 2; ++s) {
+      const graphs::StepGraph g = ex.record_step_graph(p, s);
+      CHECK(g.graph.node_count() == 2);
+      std::size_t loop_nodes = 0;
+      REQUIRE(cudaGraphGetNodes(g.loop_body, nullptr, &loop_nodes) == cudaSuccess);
+      CHECK(loop_nodes == 2);
+      REQUIRE(g.bucket_bodies.size() == static_cast<std::size_t>(ex.buckets().size()));
+      for (int b = 0; b < ex.buckets().size(); ++b) {
+        std::size_t n = 0;
+        REQUIRE(cudaGraphGetNodes(g.bucket_bodies[static_cast<std::size_t>(b)], nullptr, &n) == cudaSuccess);
+        CHECK(n == static_cast<std::size_t>(ex.pipeline(p, b).kernel_launches()));
+      }
+      CHECK(g.node_count() == want);
+      CHECK(graphs::StepGraph::expected_nodes(bodies) == want);
+    }
+  }
+}
+
+TEST_CASE("a step of no chunks launches and writes nothing", "[gpu][step]") {
+  for (const bool graph : {true, false}) {
+    INFO((graph ? "graph" : "eager"));
+    graphs::Executor ex(step_program(), step_options());
+    ex.warmup();
+    World world(ex, 3);
+    const Caches start = read_caches(ex);
+    poison_outputs(ex);
+    const std::uint64_t steps = ex.steps();
+    const graphs::RunResult r = graph ? ex.run(graphs::StepInput{}) : ex.run_eager(graphs::StepInput{});
+    require_ok(r);
+    CHECK(r.chunks == 0);
+    CHECK(ex.steps() == steps + 1);  // it was launched
+    const State after = read_state(ex);
+    CHECK(after.caches == start);
+    for (const LayerOutputs& o : after.outputs) {
+      CHECK(std::all_of(o.out.begin(), o.out.end(), [](std::uint16_t v) { return v == 0xFFFF; }));
+      CHECK(std::all_of(o.lse.begin(), o.lse.end(), [](float v) { return std::isnan(v); }));
+    }
+  }
+}
+
+TEST_CASE("refused steps write nothing and name the chunk and the request at fault", "[gpu][step]") {
+  const memory::PipelineConfig cfg = step_program();
+  graphs::Executor ex(cfg, step_options());
+  ex.warmup();
+  World world(ex, 5);
+  world.randomize_topk_all(kMinPrefix);
+  const Caches start = read_caches(ex);
+  graphs::StepSplitter splitter(cfg, ex.step_layout());
+  const StepData good = step_of(cfg, splitter, 6, world.rng());
+  const State want = run_from(ex, splitter, start, good, 0, How::chunks);
+
+  StepData bad = step_of(cfg, splitter, 6, world.rng());
+  const std::size_t victim = bad.requests.size() - 1;
+  bad.swa[victim].back() = cfg.cache.swa_blocks;  // a block id past the cache
+  bad.requests[victim].swa_blocks = bad.swa[victim];
+  // The first chunk that stages the bad block: the first piece of the victim whose window reaches it.
+  const graphs::StepSplit split = splitter.split(bad.input());
+  const int bad_block_start = cfg.cache.swa_block_size * static_cast<int>(bad.swa[victim].size() - 1);
+  int want_chunk = -1;
+  for (int c = 0; c < split.chunks && want_chunk < 0; ++c) {
+    const graphs::ChunkInput in = splitter.chunk(c);
+    for (std::size_t b = 0; b < in.requests.size(); ++b) {
+      if (splitter.request_of(c, static_cast<int>(b)) == static_cast<int>(victim) && in.requests[b].seq_len > bad_block_start) {
+        want_chunk = c;
+      }
+    }
+  }
+  graphs::RunResult r = ex.run(bad.input());
+  CHECK(r.status == graphs::RunStatus::bad_chunk);
+  CHECK(r.bad_chunk == want_chunk);
+  CHECK(r.bad_request == static_cast<int>(victim));
+  std::vector<graphs::RequestInput> many(kStepRequests + 1, good.requests[0]);
+  r = ex.run(graphs::StepInput{many});
+  CHECK(r.status == graphs::RunStatus::no_bucket);
+  CHECK(std::string(r.bad_field) == "step.requests");
+  // Nothing was staged by the refusals: the next step is exactly the good one.
+  CHECK(run_from(ex, splitter, start, good, 0, How::step_graph) == want);
+
+  graphs::Executor no_steps(cfg, graphs::ExecutorOptions{});
+  no_steps.warmup();
+  CHECK(no_steps.run(good.input()).status == graphs::RunStatus::not_warmed_up);
+  graphs::Executor eager_only(cfg, step_options(false));
+  eager_only.warmup();
+  CHECK(eager_only.run(good.input()).status == graphs::RunStatus::not_warmed_up);
+  World eager_world(eager_only, 5);
+  eager_world.randomize_topk_all(kMinPrefix);
+  require_ok(eager_only.run_eager(good.input()));
+}
+
+TEST_CASE("steady-state steps of varying size make zero CUDA allocation calls over 1000 steps", "[gpu][step]") {
+  auto& counter = memory::AllocationCounter::instance();
+  const memory::PipelineConfig cfg = step_program();
+  graphs::Executor ex(cfg, step_options());
+  ex.warmup();
+  World world(ex, 9);
+  world.randomize_topk_all(kMinPrefix);
+  graphs::StepSplitter splitter(cfg, ex.step_layout());
+  std::vector<StepData> steps;
+  for (int k = 0; k <= 16; ++k) steps.push_back(step_of(cfg, splitter, k, world.rng()));
+  counter.reset();
+  { memory::DeviceBuffer probe(4096); }
+  CHECK(counter.count() >= 2);  // the counter sees allocations
+  counter.reset();
+  constexpr int kSteps = 1000;
+  for (int i = 0; i < kSteps; ++i) {
+    const graphs::RunResult r = ex.run(steps[static_cast<std::size_t>((i * 7) % 17)].input(), i % 3 == 0 ? 1 : 0);
+    if (!r.ok()) require_ok(r);
+  }
+  ex.synchronize();
+  const auto names = counter.names();
+  INFO("allocation calls seen: " << (names.empty() ? std::string("none") : names.front()));
+  CHECK(counter.count() == 0);
+  CHECK(ex.read_run_faults().total() == 0);
+}
