@@ -332,7 +332,8 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
   if (err == cudaSuccess) err = cudaEventRecord(staged_[s].get(), stream);
   if (timed) {
     using Us = std::chrono::duration<double, std::micro>;
-    result.phases = {Us(t1 - t0).count(), Us(t2 - t1).count(), Us(Clock::now() - t2).count()};
+    // Staging excludes the wait for a staging block (waited_us, the device's time, not the host's).
+    result.phases = {Us(t1 - t0).count() - result.waited_us, Us(t2 - t1).count(), Us(Clock::now() - t2).count()};
   }
   if (err != cudaSuccess) {
     // Part of the step may be queued and still read staging block s: let it drain before the
