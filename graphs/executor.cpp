@@ -404,7 +404,8 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
   Entry* e = entry(program, result.bucket);
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
   submit(s, stream, result, [&] { return graph ? e->exec[s].launch(stream) : e->pipeline->record(s, stream); });
-  if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+  // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
+  if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;
   return result;
 }
 
@@ -533,7 +534,8 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
                                      std::span<const int>(step_buckets_.data(), static_cast<std::size_t>(split.chunks)),
                                      stream);
   });
-  if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+  // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
+  if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;
   return result;
 }
 

@@ -110,7 +110,7 @@ struct RunResult {
   double waited_us{0.0};
   /// Host microseconds per phase; filled only with ExecutorOptions::time_host_phases.
   struct Phases {
-    double staging_us{0.0};  ///< checking the chunk and filling the staging block
+    double staging_us{0.0};  ///< checking the chunk and filling the staging block (waited_us excluded)
     double launch_us{0.0};   ///< cudaGraphLaunch (or the eager launches)
     double record_us{0.0};   ///< recording the staging block's release event
   } phases;

@@ -15,9 +15,11 @@ extension itself.
 Executor: the V4 program (serve_loop's config and workload, torch-owned buffers) and a one-layer
 program, host time per Executor.run from Python (p50/p99, waits for the device excluded, CUPTI
 never loaded) with the chunk as a ChunkPlan (slot lists or derived slots), as NumPy int32 arrays
-and as lists; and the C++ part of the same call (time_host_phases: staging, launch, record).
+and as lists; the ChunkPlan call split up (the extension's method called directly, on the torch
+stream and on the executor's own stream); and the C++ part of the same call (time_host_phases:
+staging, launch, record; staging excludes the wait for a staging block, as the call time does).
 
-  python3 scripts/python_bench.py [--json FILE] [--compare BENCH_JSON] [--quick]
+  python3 scripts/python_bench.py [--json FILE] [--compare BENCH_JSON] [--quick] [--executor-only]
 
 --compare takes `bench --json` output (tables A and C) and prints each op's ratio to it. Records
 (docs/results format: suite/name/variant/metric/value/commit/date) go to --json; SPGRAPH_COMMIT
@@ -349,26 +351,34 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
         "chunkplan-derived-slots": chunks,
         "numpy": [as_numpy(cp, ratios) for cp in chunks],
         "lists": [as_lists(cp, ratios) for cp in chunks],
+        # where the time of a ChunkPlan call goes: the extension's method called directly (no
+        # Python wrapper, no current-stream query), on the torch stream and on the executor's own
+        "chunkplan-extension": chunks,
+        "chunkplan-extension-own-stream": chunks,
     }
     stream = torch.cuda.Stream()
     for phases in (False, True):
         ex = sgt.Executor(config, buffers=engine_buffers(config), time_host_phases=phases)
         ex.warmup()
+        raw_run = _C.Executor.run
+        handles = {"chunkplan-extension": stream.cuda_stream, "chunkplan-extension-own-stream": ex.stream}
         for variant, items in inputs.items():
             if phases and variant != "chunkplan":
                 continue
             for cp in chunks:
-                cp.slot_lists = variant == "chunkplan"
-            host, staging, launch, rec = [], [], [], []
+                cp.slot_lists = variant != "chunkplan-derived-slots" and variant.startswith("chunkplan")
+            handle = handles.get(variant)
+            host, staging, launch, rec, waits = [], [], [], [], []
             clock = time.perf_counter_ns
             with torch.cuda.stream(stream):
                 for i, chunk in enumerate(items):
                     t0 = clock()
-                    r = ex.run(chunk)
+                    r = ex.run(chunk) if handle is None else raw_run(ex, chunk, handle, 0, False)
                     t1 = clock()
                     if not r.ok:
                         raise RuntimeError(f"{name}: chunk {i} failed: {r.message}")
                     host.append((t1 - t0) / 1000.0 - r.waited_us)
+                    waits.append(r.waited_us)
                     staging.append(r.staging_us)
                     launch.append(r.launch_us)
                     rec.append(r.record_us)
@@ -376,13 +386,24 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
             if phases:
                 for metric, v in (("staging_us_p50", staging), ("launch_us_p50", launch), ("record_us_p50", rec)):
                     record("executor", f"python-run/{name}", "cpp-phases", metric, pct(v, 0.5))
+                # staging excludes the wait for a staging block, as the call's host time does, so
+                # call - (staging + launch + record) is what Python and the binding add per call
+                outside = [h - (a + b + c) for h, a, b, c in zip(host, staging, launch, rec)]
+                record("executor", f"python-run/{name}", "cpp-phases", "host_us_p50", pct(host, 0.5))
+                record("executor", f"python-run/{name}", "cpp-phases", "outside_phases_us_p50", pct(outside, 0.5))
                 summary.append(("executor", f"{name} C++ phases", None,
-                                {"staging": pct(staging, 0.5), "launch": pct(launch, 0.5), "record": pct(rec, 0.5)}))
+                                {"staging": pct(staging, 0.5), "launch": pct(launch, 0.5), "record": pct(rec, 0.5),
+                                 "call": pct(host, 0.5), "outside": pct(outside, 0.5)}))
             else:
                 record("executor", f"python-run/{name}", variant, "host_us_p50", pct(host, 0.5))
                 record("executor", f"python-run/{name}", variant, "host_us_p99", pct(host, 0.99))
                 record("executor", f"python-run/{name}", variant, "host_waits", ex.host_waits)
-                summary.append(("executor", f"{name} {variant}", None, {"p50": pct(host, 0.5), "p99": pct(host, 0.99)}))
+                # the calls that waited for a staging block (the device behind) apart from the rest
+                waited = [h for h, w in zip(host, waits) if w > 0.0]
+                free = [h for h, w in zip(host, waits) if w == 0.0]
+                summary.append(("executor", f"{name} {variant}", None,
+                                {"p50": pct(host, 0.5), "p99": pct(host, 0.99), "p50-waited": pct(waited, 0.5),
+                                 "p50-free": pct(free, 0.5), "free": len(free)}))
         del ex
         torch.cuda.synchronize()
 
@@ -401,6 +422,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--compare", help="bench --json output (tables A and C) to compare each op's GPU time with")
     p.add_argument("--quick", action="store_true", help="fewer executor chunks, shorter attention timing")
     p.add_argument("--chunks", type=int, default=300, help="chunks timed per executor variant (default 300)")
+    p.add_argument("--executor-only", action="store_true", help="time Executor.run only (no ops)")
     o = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("python_bench: no CUDA device; nothing to measure")
@@ -411,10 +433,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     warmer = Warmer()
     summary: List[tuple] = []
     t0 = time.perf_counter()
-    bench_attention(stream, o.quick, summary)
-    print(f"  attention done ({time.perf_counter() - t0:.0f} s)", flush=True)
-    bench_cache_kernels(stream, warmer, summary)
-    print(f"  kernels done ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if not o.executor_only:
+        bench_attention(stream, o.quick, summary)
+        print(f"  attention done ({time.perf_counter() - t0:.0f} s)", flush=True)
+        bench_cache_kernels(stream, warmer, summary)
+        print(f"  kernels done ({time.perf_counter() - t0:.0f} s)", flush=True)
     del warmer
     torch.cuda.empty_cache()
     n = 100 if o.quick else o.chunks

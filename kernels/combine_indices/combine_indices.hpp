@@ -67,7 +67,9 @@ struct CombineIndices {
   ///         not 0 for r = 1 or outside [1, 65536] for r > 1; W outside [1, 65536]; combined_width
   ///         below top_k + W or not a multiple of 4; topk_row_stride below top_k; buckets out of
   ///         range; null or misaligned pointers; in a standalone call, N or M given by value with
-  ///         N < 0, N > M or M * requests_bucket past 2^31 - 1).
+  ///         N < 0, N > M or M * requests_bucket past 2^31 - 1). tokens_bucket = 0 is a call with
+  ///         no work (run() launches nothing): requests_bucket may then be 0 and the per-token and
+  ///         per-request arrays null.
   static void can_implement(const CombineIndicesArgs& args);
   /// Launches the kernel (one warp per token of the bucket); needs no workspace, allocates and
   /// syncs nothing. Returns cudaGetLastError() after the launch.

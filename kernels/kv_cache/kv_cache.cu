@@ -61,11 +61,13 @@ CacheLayout CacheLayout::make(int block_size, int num_blocks, std::int64_t block
 }
 
 void KvInsert::can_implement(const KvInsertArgs& a) {
-  SPG_EXPECTS(a.rows != nullptr, "rows is null");
+  // rows_bucket = 0 is a call with no work (run() launches nothing): rows and slots may be null.
+  const bool empty = a.rows_bucket == 0;
+  SPG_EXPECTS(empty || a.rows != nullptr, "rows is null");
   SPG_EXPECTS(aligned(a.rows, 16), "rows = " << static_cast<const void*>(a.rows) << " must be 16-byte aligned");
-  SPG_EXPECTS(a.slot_mapping != nullptr, "slot_mapping is null");
-  SPG_EXPECTS(a.rows_bucket >= 1 && a.rows_bucket <= (1 << 24),
-              "rows_bucket = " << a.rows_bucket << " must be in [1, 2^24]");
+  SPG_EXPECTS(empty || a.slot_mapping != nullptr, "slot_mapping is null");
+  SPG_EXPECTS(a.rows_bucket >= 0 && a.rows_bucket <= (1 << 24),
+              "rows_bucket = " << a.rows_bucket << " must be in [0, 2^24]");
   check_layout(a.layout, "layout");
   check_cache(a.cache, "cache");
   if (a.derive != nullptr) {
@@ -81,6 +83,7 @@ void KvInsert::can_implement(const KvInsertArgs& a) {
 }
 
 cudaError_t KvInsert::run(const KvInsertArgs& a, cudaStream_t stream) noexcept {
+  if (a.rows_bucket == 0) return cudaSuccess;  // no rows: nothing to launch
   const detail::InsertParams p{a.rows,
                                a.slot_mapping,
                                a.num_rows,
@@ -109,25 +112,30 @@ void KvGather::can_implement(const KvGatherArgs& a) {
   SPG_EXPECTS(r == 1 || r == 4 || r == 128, "compress_ratio = " << r << " must be 1, 4 or 128");
   SPG_EXPECTS(a.part == GatherPart::window || r > 1,
               "part = compressed/both with compress_ratio = 1: an SWA-only layer has no compressed cache");
-  SPG_EXPECTS(a.requests_bucket >= 1 && a.requests_bucket <= kMaxRequestsBucket,
-              "requests_bucket = " << a.requests_bucket << " must be in [1, " << kMaxRequestsBucket << "]");
-  SPG_EXPECTS(a.max_rows_per_request >= 1 &&
-                  a.max_rows_per_request <= std::numeric_limits<std::int32_t>::max() / a.requests_bucket,
-              "max_rows_per_request = " << a.max_rows_per_request << " must be in [1, (2^31 - 1) / requests_bucket = "
-                                        << std::numeric_limits<std::int32_t>::max() / a.requests_bucket << "]");
+  // requests_bucket = 0 is a call with no work (run() launches nothing): the per-request arrays
+  // (block tables, lengths, kv) may be empty, so null; the caches are still checked.
+  const bool empty = a.requests_bucket == 0;
+  SPG_EXPECTS(a.requests_bucket >= 0 && a.requests_bucket <= kMaxRequestsBucket,
+              "requests_bucket = " << a.requests_bucket << " must be in [0, " << kMaxRequestsBucket << "]");
+  const int least_rows = empty ? 0 : 1;
+  const std::int64_t most_rows = std::numeric_limits<std::int32_t>::max() / std::max(a.requests_bucket, 1);
+  SPG_EXPECTS(a.max_rows_per_request >= least_rows && a.max_rows_per_request <= most_rows,
+              "max_rows_per_request = " << a.max_rows_per_request << " must be in [" << least_rows
+                                        << ", (2^31 - 1) / requests_bucket = " << most_rows << "]");
   check_layout(a.layout, "layout");
   check_cache(a.cache, "cache");
-  SPG_EXPECTS(a.block_table != nullptr, "block_table is null");
-  SPG_EXPECTS(a.block_table_stride >= 1, "block_table_stride = " << a.block_table_stride << " must be at least 1");
+  SPG_EXPECTS(empty || a.block_table != nullptr, "block_table is null");
+  SPG_EXPECTS(a.block_table_stride >= least_rows,
+              "block_table_stride = " << a.block_table_stride << " must be at least " << least_rows);
   if (a.part == GatherPart::both) {
     check_layout(a.window_layout, "window_layout");
     check_cache(a.window_cache, "window_cache");
-    SPG_EXPECTS(a.window_block_table != nullptr, "window_block_table is null (part = both)");
-    SPG_EXPECTS(a.window_block_table_stride >= 1,
-                "window_block_table_stride = " << a.window_block_table_stride << " must be at least 1 (part = both)");
+    SPG_EXPECTS(empty || a.window_block_table != nullptr, "window_block_table is null (part = both)");
+    SPG_EXPECTS(a.window_block_table_stride >= least_rows, "window_block_table_stride = " << a.window_block_table_stride
+                                                                 << " must be at least " << least_rows << " (part = both)");
   }
-  check_chunk(a.chunk, a.part != GatherPart::compressed);
-  SPG_EXPECTS(a.kv != nullptr, "kv is null");
+  if (!empty) check_chunk(a.chunk, a.part != GatherPart::compressed);
+  SPG_EXPECTS(empty || a.kv != nullptr, "kv is null");
   SPG_EXPECTS(aligned(a.kv, 16), "kv = " << static_cast<const void*>(a.kv) << " must be 16-byte aligned");
   if (a.chunk.scalars == nullptr) {
     SPG_EXPECTS(a.window_offset >= 0 && a.window_offset <= a.max_rows_per_request,
@@ -137,6 +145,7 @@ void KvGather::can_implement(const KvGatherArgs& a) {
 }
 
 cudaError_t KvGather::run(const KvGatherArgs& a, cudaStream_t stream) noexcept {
+  if (a.requests_bucket == 0) return cudaSuccess;  // no requests: nothing to launch
   detail::GatherParams p{};
   // A single-part launch reads `cache` through both sources; only the part's rows are counted.
   p.compressed = source(a.cache, a.layout, a.block_table, a.block_table_stride);

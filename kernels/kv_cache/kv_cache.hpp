@@ -105,9 +105,10 @@ struct KvInsertArgs {
 
 struct KvInsert {
   /// @throws InvalidArgument naming the first argument out of bounds (null or misaligned rows,
-  ///         slot_mapping or cache, rows_bucket <= 0, bad layout; with `derive`: a null block table, query_start_loc,
+  ///         slot_mapping or cache, rows_bucket < 0, bad layout; with `derive`: a null block table, query_start_loc,
   ///         seq_lens or num_requests, block_table_stride < 1, requests_bucket outside
-  ///         [1, kMaxRequestsBucket], compress_ratio not 1, 4 or 128).
+  ///         [1, kMaxRequestsBucket], compress_ratio not 1, 4 or 128). rows_bucket = 0 is a call
+  ///         with no work (run() launches nothing): rows and slot_mapping may then be null.
   static void can_implement(const KvInsertArgs& args);
   /// Launches the kernel; needs no workspace, allocates and syncs nothing. Returns
   /// cudaGetLastError() after the launch.
@@ -164,9 +165,11 @@ struct KvGatherArgs {
 struct KvGather {
   /// @throws InvalidArgument naming the first argument out of bounds (r not in {1, 4, 128}, a
   ///         compressed part with r = 1, null or misaligned pointers, requests_bucket outside
-  ///         [1, kMaxRequestsBucket], max_rows_per_request outside [1, 2^31 / requests_bucket),
+  ///         [0, kMaxRequestsBucket], max_rows_per_request outside [1, 2^31 / requests_bucket),
   ///         a block table stride < 1, a bad layout; in a standalone call, window_offset outside
-  ///         [0, max_rows_per_request]).
+  ///         [0, max_rows_per_request]). requests_bucket = 0 is a call with no work (run()
+  ///         launches nothing): the block tables, lengths and kv may then be null, the strides
+  ///         and max_rows_per_request 0; the caches and layouts are still checked.
   static void can_implement(const KvGatherArgs& args);
   /// Launches the kernel (a persistent grid sized from the SM count and the static bounds);
   /// needs no workspace, allocates and syncs nothing. Returns cudaGetLastError() after the launch.

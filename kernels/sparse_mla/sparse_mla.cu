@@ -38,7 +38,7 @@ constexpr int kMinPairsSaved = 3;
 // Slices per (token, 64 heads) when the single pass would leave SMs idle: enough items for one
 // wave of one CTA per SM (the kernels' shared memory allows one), never more than `units`.
 int automatic_splits(std::int64_t items, int units, int sms) noexcept {
-  if (items >= sms) return 1;
+  if (items <= 0 || items >= sms) return 1;  // s_q = 0: no items, nothing to split
   return static_cast<int>(std::min<std::int64_t>(sms / items, units));
 }
 
@@ -176,18 +176,20 @@ void check_token_stride(const char* name, std::int64_t stride, std::int64_t cont
 }  // namespace
 
 void SparseMla::can_implement(const SparseMlaArgs& a) {
-  SPG_EXPECTS(a.q != nullptr, "q is null");
-  SPG_EXPECTS(a.kv != nullptr, "kv is null");
-  SPG_EXPECTS(a.indices != nullptr, "indices is null");
-  SPG_EXPECTS(a.out != nullptr, "out is null");
-  SPG_EXPECTS(a.max_logits != nullptr, "max_logits is null");
-  SPG_EXPECTS(a.lse != nullptr, "lse is null");
+  // s_q = 0 is a call with no work (run() launches nothing): its arrays may be empty, so null.
+  const bool empty = a.s_q == 0;
+  SPG_EXPECTS(empty || a.q != nullptr, "q is null");
+  SPG_EXPECTS(empty || a.kv != nullptr, "kv is null");
+  SPG_EXPECTS(empty || a.indices != nullptr, "indices is null");
+  SPG_EXPECTS(empty || a.out != nullptr, "out is null");
+  SPG_EXPECTS(empty || a.max_logits != nullptr, "max_logits is null");
+  SPG_EXPECTS(empty || a.lse != nullptr, "lse is null");
   SPG_EXPECTS(a.h_q == 64 || a.h_q == 128, "h_q = " << a.h_q << " must be 64 or 128");
   SPG_EXPECTS(a.d_qk == 512 || a.d_qk == 576, "d_qk = " << a.d_qk << " must be 512 or 576");
   SPG_EXPECTS(a.topk >= kSparseMlaBlockRows && a.topk % kSparseMlaBlockRows == 0,
               "topk = " << a.topk << " must be a positive multiple of " << kSparseMlaBlockRows);
-  SPG_EXPECTS(a.s_q >= 1, "s_q = " << a.s_q << " must be at least 1");
-  SPG_EXPECTS(a.s_kv >= 1, "s_kv = " << a.s_kv << " must be at least 1");
+  SPG_EXPECTS(a.s_q >= 0, "s_q = " << a.s_q << " must be at least 0");
+  SPG_EXPECTS(a.s_kv >= (empty ? 0 : 1), "s_kv = " << a.s_kv << " must be at least " << (empty ? 0 : 1));
   SPG_EXPECTS(a.kv_row_stride >= a.d_qk && a.kv_row_stride % 8 == 0,
               "kv_row_stride = " << a.kv_row_stride << " must be >= d_qk = " << a.d_qk << " and a multiple of 8");
   SPG_EXPECTS(a.kv_row_stride < kTmaStrideBytesLimit / 2,
@@ -252,6 +254,10 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const DeviceInfo& i
                     SparseMlaLaunch::Prepared& out) noexcept {
   const int sms = info.sms;
   const SparseMlaPlan plan = make_plan(a, sms);
+  if (a.s_q == 0) {  // no tokens: nothing to launch (FlashMLA asserts here); grid 0 marks it
+    out.plan = plan;
+    return cudaSuccess;
+  }
   if (plan.split && (workspace == nullptr || !aligned(workspace, kWorkspaceAlign))) return cudaErrorInvalidValue;
   if (is_wgmma(plan.kernel) && !runs_wgmma(info)) return cudaErrorInvalidDevice;
   out.plan = plan;
@@ -332,6 +338,7 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const DeviceInfo& i
 }
 
 cudaError_t launch_prepared(const SparseMlaLaunch::Prepared& l, cudaStream_t stream) noexcept {
+  if (l.grid == 0) return cudaSuccess;  // s_q = 0
   const cudaError_t status = l.attention(l.params, l.out_map, l.grid, stream);
   if (status != cudaSuccess || !l.plan.split) return status;
   detail::sparse_mla_merge_kernel<<<l.merge_grid, detail::kMlaMergeThreads, 0, stream>>>(l.merge);
@@ -361,11 +368,12 @@ SparseMlaLaunch SparseMla::initialize(const SparseMlaArgs& a, void* workspace) {
   SPG_CUDA_TRY(current_device_info(info));
   std::shared_ptr<SparseMlaLaunch::Prepared> prepared(new SparseMlaLaunch::Prepared{});
   SPG_CUDA_TRY(prepare(a, workspace, info, *prepared));
-  SPG_CUDA_TRY(prepared->allow_smem(info));
+  if (prepared->allow_smem != nullptr) SPG_CUDA_TRY(prepared->allow_smem(info));  // null: s_q = 0
   return SparseMlaLaunch(std::move(prepared));
 }
 
 cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t stream) noexcept {
+  if (a.s_q == 0) return cudaSuccess;  // no tokens: nothing to launch, not even the device query
   DeviceInfo info;
   cudaError_t status = current_device_info(info);
   if (status != cudaSuccess) return status;

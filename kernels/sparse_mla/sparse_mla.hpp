@@ -133,9 +133,11 @@ class SparseMlaLaunch {
 /// workspace) once -> SparseMlaLaunch::run(stream) per launch. run(args, workspace, stream) does
 /// all of it in one call (plan, descriptor and launch on every call), for one-off launches.
 struct SparseMla {
-  /// @brief Checks the arguments against what the kernels implement.
+  /// @brief Checks the arguments against what the kernels implement. s_q = 0 is a call with no
+  ///        work (run() launches nothing and returns cudaSuccess): its arrays may then be null
+  ///        and s_kv 0; every other argument is checked as for any call.
   /// @throws InvalidArgument naming the first argument out of bounds: a null pointer, h_q not 64
-  ///         or 128, d_qk not 512 or 576, topk not a positive multiple of 64, s_q < 1, s_kv < 1,
+  ///         or 128, d_qk not 512 or 576, topk not a positive multiple of 64, s_q < 0, s_kv < 1,
   ///         kv_row_stride < d_qk or not a multiple of 8, q_token_stride / out_token_stride
   ///         neither 0 nor at least the contiguous size (h_q * d_qk, h_q * 512) or not a multiple
   ///         of 8, any of the three strides at 2^40 bytes or more (the TMA bound on a tensor map's

@@ -165,7 +165,7 @@ class RunResult:
         """Microseconds the host waited for the device to release a staging block."""
     @property
     def staging_us(self) -> float:
-        """Host microseconds checking and staging the chunk (time_host_phases=True only)."""
+        """Host microseconds checking and staging the chunk, waited_us excluded (time_host_phases=True only)."""
     @property
     def launch_us(self) -> float:
         """Host microseconds in cudaGraphLaunch or the eager launches (time_host_phases=True only)."""

@@ -7,7 +7,6 @@
 #include <nanobind/stl/vector.h>
 
 #include "memory/allocation_counter.hpp"
-#include "memory/error.hpp"
 
 namespace nb = nanobind;
 
@@ -15,20 +14,17 @@ namespace {
 
 spg::memory::AllocationCounter& counter() { return spg::memory::AllocationCounter::instance(); }
 
-void translate(const std::exception_ptr& p, void* /*payload*/) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const spg::Error& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-}
-
 }  // namespace
 
 NB_MODULE(_cupti, m) {
   using namespace nb::literals;
   m.doc() = "The CUPTI allocation counter (AllocationCounter); use spgraph.allocation_counter().";
-  nb::register_exception_translator(translate);
+  // No exception translator here: spg::Error is a std::runtime_error, which nanobind raises as
+  // RuntimeError already. Translators are kept in the internals nanobind shares between the
+  // modules of one domain and are tried newest first, so a catch-all spg::Error translator
+  // registered by this module would take every spgraph error of _spgraph too, turning its
+  // ValueError (InvalidArgument) and MemoryError (CapacityError) into RuntimeError once
+  // spgraph._cupti is imported (docs/python.md, "Errors").
   m.def("subscribe", [] { (void)counter(); },
         "Subscribes CUPTI to the CUDA allocation and free calls of the process (once; raises when another tool "
         "holds CUPTI's one subscription).");

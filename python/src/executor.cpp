@@ -346,7 +346,8 @@ void bind_executor(nb::module_& m) {
       .def_prop_ro("waited_us", [](const StepResult& s) { return s.r.waited_us; },
                    "Microseconds the host waited for the device to release a staging block.")
       .def_prop_ro("staging_us", [](const StepResult& s) { return s.r.phases.staging_us; },
-                   "Host microseconds checking and staging the chunk (time_host_phases=True only).")
+                   "Host microseconds checking and staging the chunk, waited_us excluded "
+                   "(time_host_phases=True only).")
       .def_prop_ro("launch_us", [](const StepResult& s) { return s.r.phases.launch_us; },
                    "Host microseconds in cudaGraphLaunch or the eager launches (time_host_phases=True only).")
       .def_prop_ro("record_us", [](const StepResult& s) { return s.r.phases.record_us; },

@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -202,8 +203,6 @@ void sparse_mla_fwd(nb::ndarray<> q_in, nb::ndarray<> kv_in, nb::ndarray<> indic
     workspace.emplace("workspace", nb::cast<nb::ndarray<>>(workspace_in));
     check_workspace(*workspace);
   }
-  if (s_q == 0) return;  // FlashMLA asserts here; an empty call is a no-op
-
   kernels::SparseMlaArgs a{};
   a.q = static_cast<const __nv_bfloat16*>(q.data());
   a.kv = static_cast<const __nv_bfloat16*>(kv.data());
@@ -223,6 +222,9 @@ void sparse_mla_fwd(nb::ndarray<> q_in, nb::ndarray<> kv_in, nb::ndarray<> indic
   a.lse = static_cast<float*>(lse.data());
   kernels::SparseMla::can_implement(a);
   q.expect_cuda();
+  // s_q = 0: checked as any call, then nothing to launch (FlashMLA asserts here). The outputs are
+  // empty, so nothing is written.
+  if (s_q == 0) return;
 
   const DeviceScope device(q.device_id());
   void* ws = nullptr;
@@ -333,8 +335,8 @@ void combine_topk_swa_indices(nb::ndarray<> topk_indices_in, nb::ndarray<> query
     throw nb::value_error(os.str().c_str());
   }
   checked_int("topk_indices.shape[0] (num_tokens)", tokens, 0, 1 << 24);
-  checked_int("seq_lens.shape[0] (num_reqs)", requests, 1, kernels::kMaxRequestsBucket);
-  if (tokens == 0) return;
+  // No tokens may come with no requests (an empty batch); tokens need a request.
+  checked_int("seq_lens.shape[0] (num_reqs)", requests, tokens == 0 ? 0 : 1, kernels::kMaxRequestsBucket);
 
   kernels::CombineIndicesArgs a{};
   a.topk_indices = r > 1 ? static_cast<const std::int32_t*>(topk_indices.data()) : nullptr;
@@ -358,6 +360,7 @@ void combine_topk_swa_indices(nb::ndarray<> topk_indices_in, nb::ndarray<> query
   a.m_rows = m_rows;
   kernels::CombineIndices::can_implement(a);
   topk_indices.expect_cuda();
+  if (tokens == 0) return;  // checked as any call; nothing to launch or write
 
   const DeviceScope device(topk_indices.device_id());
   check_launch(kernels::CombineIndices::run(a, as_stream(stream)), "combine_topk_swa_indices");
@@ -376,7 +379,6 @@ void quantize_and_insert_k_cache(nb::ndarray<> k_in, nb::ndarray<> k_cache_in, n
   slots.expect_dim(0, k.shape(0), "num_tokens, k.shape[0]").expect_contiguous().expect_same_device(k);
   StepStatus* status = status_arg(status_in, k);
   const int rows = checked_int("k.shape[0] (num_tokens)", k.shape(0), 0, 1 << 24);
-  if (rows == 0) return;
 
   kernels::KvInsertArgs a{};
   a.rows = static_cast<const __nv_bfloat16*>(k.data());
@@ -387,6 +389,7 @@ void quantize_and_insert_k_cache(nb::ndarray<> k_in, nb::ndarray<> k_cache_in, n
   a.status = status;
   kernels::KvInsert::can_implement(a);
   k.expect_cuda();
+  if (rows == 0) return;  // checked as any call; nothing to launch or write
 
   const DeviceScope device(k.device_id());
   check_launch(kernels::KvInsert::run(a, as_stream(stream)), "quantize_and_insert_k_cache");
@@ -421,10 +424,12 @@ void dequantize_and_gather_k_cache(nb::ndarray<> out_in, nb::ndarray<> k_cache_i
     os << "out.shape[0] = " << out.shape(0) << " must be at least num_reqs = " << requests;
     throw nb::value_error(os.str().c_str());
   }
-  if (requests == 0) return;
-  const int max_rows = checked_int("out.shape[1] (rows per request)", out.shape(1), 1, kInt32Max / requests);
+  // No requests: a call with no work, checked as any other; out and the tables may be empty.
+  const std::int64_t least = requests == 0 ? 0 : 1;
+  const int max_rows =
+      checked_int("out.shape[1] (rows per request)", out.shape(1), least, kInt32Max / std::max<std::int64_t>(requests, 1));
   const int window_offset = checked_int("offset", offset, 0, max_rows);
-  const int width = checked_int("block_table.shape[1]", table.shape(1), 1, kInt32Max);
+  const int width = checked_int("block_table.shape[1]", table.shape(1), least, kInt32Max);
 
   kernels::KvGatherArgs a{};
   a.cache = static_cast<const std::uint8_t*>(cache.data());
@@ -441,6 +446,7 @@ void dequantize_and_gather_k_cache(nb::ndarray<> out_in, nb::ndarray<> k_cache_i
   a.window_offset = window_offset;
   kernels::KvGather::can_implement(a);
   out.expect_cuda();
+  if (requests == 0) return;  // nothing to launch or write
 
   const DeviceScope device(out.device_id());
   check_launch(kernels::KvGather::run(a, as_stream(stream)), "dequantize_and_gather_k_cache");

@@ -34,7 +34,7 @@ TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "
   rejects([](k::SparseMlaArgs& b) { b.d_qk = 128; b.kv_row_stride = 128; }, "d_qk");
   rejects([](k::SparseMlaArgs& b) { b.topk = 100; }, "topk");
   rejects([](k::SparseMlaArgs& b) { b.topk = 0; }, "topk");
-  rejects([](k::SparseMlaArgs& b) { b.s_q = 0; }, "s_q");
+  rejects([](k::SparseMlaArgs& b) { b.s_q = -1; }, "s_q");
   rejects([](k::SparseMlaArgs& b) { b.kv_row_stride = 500; }, "kv_row_stride");
   rejects([](k::SparseMlaArgs& b) { b.kv_row_stride = 516; }, "kv_row_stride");
   rejects([](k::SparseMlaArgs& b) { b.q = reinterpret_cast<const __nv_bfloat16*>(std::uintptr_t{0x10008}); }, "q");

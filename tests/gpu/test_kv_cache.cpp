@@ -646,7 +646,7 @@ TEST_CASE("kv cache ops refuse bad arguments before anything runs", "[gpu][kv_ca
                  CacheLayout::make(64, 2), status.get()};
   KvInsert::can_implement(i);
   KvInsertArgs bad_insert = i;
-  bad_insert.rows_bucket = 0;
+  bad_insert.rows_bucket = -1;
   CHECK_THROWS_AS(KvInsert::can_implement(bad_insert), spg::InvalidArgument);
   bad_insert = i;
   bad_insert.cache = cache.get() + 8;

@@ -10,6 +10,7 @@ import re
 import pytest
 
 import spgraph
+from conftest import HAVE_CUDA
 from dlpack_stub import cpu, cuda
 
 DEVICE_REFUSAL = "run on CUDA device memory"
@@ -122,8 +123,26 @@ def test_sparse_mla_valid_arguments_reach_the_device_check():
     expect(ValueError, DEVICE_REFUSAL, call_mla, mla_args(kv=cpu((100, 1, 512), "bfloat16", strides=(520, 520, 1))))
 
 
+# Empty work (s_q = 0, no tokens, no requests): every argument is checked as for any call, and a
+# call that passes returns without launching. The "cuda" stubs are fake device arrays: only where
+# no GPU is present is an all-valid one passed (the GPU tests make real empty calls).
+no_gpu_only = pytest.mark.skipif(HAVE_CUDA, reason="fake device arrays are passed only where no GPU is present")
+
+
+def test_sparse_mla_empty_query_is_checked_like_any_call():
+    expect(ValueError, "q is on cpu; spgraph's ops " + DEVICE_REFUSAL, call_mla, mla_args(s_q=0))
+    expect(ValueError, r"topk = 100 must be a positive multiple of 64", call_mla, mla_args(s_q=0, topk=100))
+    expect(ValueError, r"h_q = 96 must be 64 or 128", call_mla, mla_args(s_q=0, h_q=96))
+    expect(TypeError, r"q\.dtype = float32 must be bfloat16", call_mla, mla_args(s_q=0, q=cpu((0, 64, 512))))
+
+
+@no_gpu_only
 def test_sparse_mla_empty_query_is_a_no_op():
-    assert call_mla(mla_args(s_q=0)) is not None  # nothing checked past shapes, nothing launched
+    a = mla_args(s_q=0, dev=cuda)
+    got = call_mla(a)  # nothing launched: no CUDA call is made (there is no device)
+    assert all(g is w for g, w in zip(got, a["out"]))
+    assert call_mla(mla_args(s_q=0, s_kv=0, dev=cuda)) is not None  # an empty kv too
+    assert spgraph.sparse_mla_workspace_bytes(0, 128, 512, 1024) == 0
 
 
 def o3(out=None, ml=None, lse=None, s_q=5, h_q=64):
@@ -218,8 +237,19 @@ def test_combine_valid_arguments_reach_the_device_check():
     expect(ValueError, DEVICE_REFUSAL, call_combine, combine_args(status=cpu((10,), "int32")))
 
 
+def test_combine_no_tokens_is_checked_like_any_call():
+    expect(ValueError, DEVICE_REFUSAL, call_combine, combine_args(T=0))
+    expect(ValueError, DEVICE_REFUSAL, call_combine, combine_args(T=0, R=0))  # an empty batch
+    expect(ValueError, r"N = 2000 must be at most M = 1000", call_combine, combine_args(T=0, N=2000))
+    expect(ValueError, r"window = 0 must be in \[1, 65536\]", call_combine, combine_args(T=0, window_size=0))
+    expect(ValueError, r"seq_lens\.shape\[0\] \(num_reqs\) = 0 must be in \[1, 128\]", call_combine, combine_args(R=0))
+
+
+@no_gpu_only
 def test_combine_no_tokens_is_a_no_op():
-    call_combine(combine_args(T=0))
+    for a in (combine_args(T=0, dev=cuda), combine_args(T=0, R=0, dev=cuda)):
+        got = call_combine(a)
+        assert got[0] is a["out"][0] and got[1] is a["out"][1]
 
 
 COMBINE_CASES = [
@@ -296,8 +326,18 @@ def test_insert_valid_arguments_reach_the_device_check():
     expect(ValueError, DEVICE_REFUSAL, call_insert, insert_args(status=cpu((10,), "int32")))
 
 
+def test_insert_no_rows_is_checked_like_any_call():
+    expect(ValueError, DEVICE_REFUSAL, call_insert, insert_args(n=0))
+    expect(ValueError, r"k_cache\.stride\(0\) = 37504 bytes must be the V4 block stride", call_insert,
+           insert_args(n=0, k_cache=cpu((4, 37440), "uint8", strides=(37504, 1))))
+    expect(TypeError, r"slot_mapping\.dtype = int64 must be int32", call_insert,
+           insert_args(n=0, slot_mapping=cpu((0,), "int64")))
+
+
+@no_gpu_only
 def test_insert_no_rows_is_a_no_op():
-    call_insert(insert_args(n=0))
+    assert call_insert(insert_args(n=0, k=cuda((0, 512), "bfloat16"), k_cache=cuda((4, 37440), "uint8"),
+                                   slot_mapping=cuda((0,), "int32"))) is None
 
 
 INSERT_CASES = [
@@ -350,9 +390,25 @@ def test_gather_valid_arguments_reach_the_device_check():
     expect(ValueError, DEVICE_REFUSAL, call_gather, gather_args(offset=300))
 
 
+def empty_gather_args(dev=cpu, **over):
+    a = dict(out=dev((0, 300, 512), "bfloat16"), k_cache=dev((4, 37440), "uint8"), seq_lens=dev((0,), "int32"),
+             gather_lens=dev((0,), "int32"), block_table=dev((0, 5), "int32"))
+    a.update(over)
+    return gather_args(R=0, **a)
+
+
+def test_gather_no_requests_is_checked_like_any_call():
+    expect(ValueError, DEVICE_REFUSAL, call_gather, empty_gather_args())
+    expect(ValueError, DEVICE_REFUSAL, call_gather, empty_gather_args(out=cpu((0, 0, 512), "bfloat16"), offset=0,
+                                                                      block_table=cpu((0, 0), "int32")))
+    expect(ValueError, r"offset = 301 must be in \[0, 300\]", call_gather, empty_gather_args(offset=301))
+    expect(ValueError, r"k_cache\.stride\(0\) = 100 bytes must be the V4 block stride", call_gather,
+           empty_gather_args(k_cache=cpu((4, 100), "uint8")))
+
+
+@no_gpu_only
 def test_gather_no_requests_is_a_no_op():
-    call_gather(gather_args(R=0, seq_lens=cpu((0,), "int32"), gather_lens=cpu((0,), "int32"),
-                            block_table=cpu((0, 5), "int32")))
+    assert call_gather(empty_gather_args(dev=cuda)) is None
 
 
 GATHER_CASES = [
@@ -383,3 +439,41 @@ GATHER_CASES = [
 @pytest.mark.parametrize("what, over, exc, pattern", GATHER_CASES, ids=[c[0] for c in GATHER_CASES])
 def test_gather_refuses(what, over, exc, pattern):
     expect(exc, pattern, call_gather, gather_args(**over))
+
+
+# ------------------------------------------------------------------------ error translation
+def test_errors_keep_their_types_with_the_counter_module_loaded():
+    """spgraph._cupti (the allocation counter the GPU tests load) must not change how _spgraph's
+    errors surface: nanobind tries the exception translators of a domain newest first, and a
+    catch-all spg::Error translator in _cupti once turned every ValueError (InvalidArgument) into
+    RuntimeError for the rest of the process. In a subprocess, so this process's modules stay as
+    they are."""
+    import subprocess
+    import sys
+
+    code = """
+import os, sys
+sys.path.insert(0, os.environ["STUBS"])
+import spgraph, spgraph._cupti
+from dlpack_stub import cpu
+q, kv = cpu((5, 64, 512), "bfloat16"), cpu((100, 1, 512), "bfloat16")
+out = (cpu((5, 64, 512), "bfloat16"), cpu((5, 64), "float32"), cpu((5, 64), "float32"))
+def kind(fn):
+    try:
+        fn()
+    except Exception as e:
+        return type(e).__name__
+    return "nothing"
+print(kind(lambda: spgraph.sparse_mla_fwd(q, kv, cpu((5, 1, 100), "int32"), 0.1, out=out, stream=0)))  # InvalidArgument
+print(kind(lambda: spgraph.PipelineConfig(max_requests=0).validate()))
+print(kind(lambda: spgraph._cupti.count()))  # the counter's own errors (none where CUPTI attaches)
+"""
+    import os
+
+    env = dict(os.environ, STUBS=os.path.dirname(__file__))
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert got.returncode == 0, got.stderr
+    lines = got.stdout.split()
+    assert lines[0] == "ValueError", got.stdout
+    assert lines[1] == "ValueError", got.stdout
+    assert lines[2] in ("RuntimeError", "nothing"), got.stdout

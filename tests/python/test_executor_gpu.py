@@ -383,3 +383,39 @@ def test_refused_steps_are_statuses_and_misuse_raises():
     eager_only = sgt.Executor(config, capture=False)
     eager_only.warmup()
     assert eager_only.run(ok_chunk).status == "not_warmed_up" and eager_only.run_eager(ok_chunk).ok
+
+
+def test_host_phases_are_the_calls_own_microseconds():
+    """time_host_phases: staging, launch and record are host microseconds inside the call, the wait
+    for a staging block (waited_us) excluded. The device is kept behind (a spin before every step),
+    so the host waits for staging blocks; the 9d15381 run counted those waits into staging_us
+    ("11516 us" of staging in an 11.5 us call, the wait subtracted from the call only)."""
+    import time
+
+    config = small_config()
+    chunks = trace(config, steps=10)
+    ex = sgt.Executor(config, time_host_phases=True)
+    ex.warmup()
+    stream = torch.cuda.Stream()
+    rows = []
+    with torch.cuda.stream(stream):
+        for i in range(40):
+            torch.cuda._sleep(2_000_000)  # about a millisecond: the device falls two steps behind
+            t0 = time.perf_counter_ns()
+            r = ex.run(chunks[i % len(chunks)])
+            wall = (time.perf_counter_ns() - t0) / 1000.0
+            assert r.ok, r.message
+            rows.append((wall, r.waited_us, r.staging_us, r.launch_us, r.record_us))
+    ex.synchronize()
+    waited = [w for _, w, *_ in rows if w > 100.0]
+    assert len(waited) >= 10, f"the host waited in {len(waited)} of 40 steps: the test proves nothing"
+    for wall, waited_us, *phases in rows:
+        assert min(phases) >= 0.0, phases
+        # the phases and the wait are disjoint parts of the call (0.5 us for the two clocks)
+        assert sum(phases) + waited_us <= wall + 0.5, (wall, waited_us, phases)
+    plain = sgt.Executor(config)  # without the option nothing is timed
+    plain.warmup()
+    r = plain.run(chunks[0])
+    assert r.ok and (r.staging_us, r.launch_us, r.record_us) == (0.0, 0.0, 0.0)
+    plain.synchronize()
+    ex.synchronize()

@@ -520,32 +520,119 @@ def test_out_variants_allocate_nothing_and_never_sync():
 def test_launches_go_to_the_callers_stream():
     """With the default stream held busy, every op runs on a side stream and finishes first: each
     op's outputs (and the inserted cache rows) are poisoned on the side stream first, so an op
-    queued anywhere else would leave poison in what the side stream copies out."""
+    queued anywhere else would leave poison in what the side stream copies out.
+
+    Two things make the method sound. (1) The side stream's whole sequence (poison, ops, copies
+    out) runs once before the default stream is made busy: CUDA loads a kernel's module at its
+    first launch (torch sets CUDA_MODULE_LOADING=LAZY), and that load may wait for the whole
+    device, so a torch kernel first used inside the timed section (the uint8 fill, index_fill_)
+    waited for the busy default stream; that, not a launch of spgraph's, is what made the
+    9d15381 run's guard fire. Each phase's host time is reported if the guard fires. (2) A control
+    op launched on the busy default stream on purpose (the framework-neutral insert, stream 0)
+    must still show its poison in the side stream's copy: the check sees a launch that went
+    elsewhere."""
+    import time
+
     run, x, written = out_calls()
-    run()
-    torch.cuda.synchronize()
     checked = ("lens", "out", "max_logits", "lse")
-    want = {k: written[k].clone() for k in checked}
-    want_swa = x["swa"].clone()
     data, _ = ref.cache_rows(None, x["slots"].cpu(), x["bs"][0])
     row_bytes = (data[:, None] + torch.arange(ref.ROW_BYTES)[None, :]).flatten().to(DEV)
     side = torch.cuda.Stream()
+    run()
+    torch.cuda.synchronize()
+    want = {k: written[k].clone() for k in checked}
+    want_swa = x["swa"].clone()
+    control_cache = x["swa"].clone()  # the control inserts the same rows into a copy
     host = {k: torch.empty(v.shape, dtype=v.dtype, pin_memory=True) for k, v in want.items()}
     host_swa = torch.empty(want_swa.shape, dtype=want_swa.dtype, pin_memory=True)
-    torch.cuda._sleep(2_000_000_000)  # about a second of spinning on the default stream
-    with torch.cuda.stream(side):
+    host_control = torch.empty(want_swa.shape, dtype=want_swa.dtype, pin_memory=True)
+    phases = {}
+
+    def side_sequence(control):
+        t = time.perf_counter()
         for v in written.values():
             v.view(torch.uint8).fill_(0xFF)
         x["swa"].view(-1).index_fill_(0, row_bytes, 0xFF)
+        control_cache.view(-1).index_fill_(0, row_bytes, 0xFF)
+        phases["poison"] = time.perf_counter() - t
+        t = time.perf_counter()
         run()
+        phases["ops"] = time.perf_counter() - t
+        if control:  # on the legacy default stream, behind the sleep
+            spgraph.quantize_and_insert_k_cache(x["new_k"], control_cache, x["slots"], x["bs"][0], stream=0)
+        t = time.perf_counter()
         for k in checked:
             host[k].copy_(written[k], non_blocking=True)
         host_swa.copy_(x["swa"], non_blocking=True)
+        host_control.copy_(control_cache, non_blocking=True)
+        phases["copies"] = time.perf_counter() - t
+
+    with torch.cuda.stream(side):  # (1): every kernel of the sequence loaded before the sleep
+        side_sequence(control=False)
+    side.synchronize()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # about a second of spinning on the default stream
+    with torch.cuda.stream(side):
+        side_sequence(control=True)
     side.synchronize()
     busy = not torch.cuda.default_stream().query()
     torch.cuda.synchronize()
-    assert busy, "the default stream finished first: the test proves nothing"
+    spent = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in phases.items())
+    assert busy, f"the default stream finished first: the test proves nothing (host time per phase: {spent})"
     for k, w in want.items():
         diff = ref.first_difference(host[k], w.cpu(), k)
         assert not diff, diff
     assert not ref.first_difference(host_swa, want_swa.cpu(), "swa cache")
+    # (2): the control's rows were still poison when the side stream copied them out ...
+    assert bool((host_control.view(-1)[row_bytes.cpu()] == 0xFF).all()), "the control launch was not held back"
+    # ... and it did run on the default stream afterwards
+    assert not ref.first_difference(control_cache.cpu(), want_swa.cpu(), "control cache")
+
+
+def test_empty_calls_write_nothing_eager_and_captured():
+    """Empty work (issue 17): every op with no tokens (s_q = 0, no rows, no requests) returns
+    cleanly, eager and inside torch.cuda.graph, and writes nothing: the cache and the output of a
+    neighbouring non-empty view are filled with a known byte and must keep it."""
+    swa_bs = 64
+    stride = spgraph.cache_block_stride(swa_bs)
+    cache = torch.full((4, stride), 0x5C, dtype=torch.uint8, device=DEV)
+    backing = torch.full((2, 300, 512), 7.0, dtype=torch.bfloat16, device=DEV)
+    i32 = dict(dtype=torch.int32, device=DEV)
+    q = torch.empty(0, 128, 576, dtype=torch.bfloat16, device=DEV)
+    kv = torch.randn(64, 1, 576, device=DEV).to(torch.bfloat16)
+    idx = torch.empty(0, 1, 512, **i32)
+    sink = torch.zeros(128, device=DEV)
+    M = torch.tensor([1000], **i32)  # made before the capture (a host-to-device copy)
+
+    def calls():
+        outs = st.sparse_mla_fwd(q, kv, idx, 0.04, attn_sink=sink, topk_length=torch.empty(0, **i32))
+        given = (torch.empty(0, 128, 512, dtype=torch.bfloat16, device=DEV), torch.empty(0, 128, device=DEV),
+                 torch.empty(0, 128, device=DEV))
+        st.sparse_mla_fwd(q, kv, idx, 0.04, out=given, workspace=torch.empty(256, dtype=torch.uint8, device=DEV))
+        comb = st.combine_topk_swa_indices(torch.empty(0, 512, **i32), torch.zeros(3, **i32), torch.zeros(2, **i32),
+                                           torch.zeros(2, **i32), 128, 4, 512, 1000, 10)
+        st.combine_topk_swa_indices(torch.empty(0, 512, **i32), torch.zeros(1, **i32), torch.empty(0, **i32),
+                                    torch.empty(0, **i32), 128, 4, 512, M, 10,
+                                    out=(torch.empty(0, 640, **i32), torch.empty(0, **i32)))
+        st.quantize_and_insert_k_cache(torch.empty(0, 512, dtype=torch.bfloat16, device=DEV), cache,
+                                       torch.empty(0, **i32), swa_bs)
+        st.dequantize_and_gather_k_cache(backing[:0], cache, torch.empty(0, **i32), None, torch.empty(0, 4, **i32),
+                                         swa_bs, 0)
+        return outs, comb
+
+    (out, ml, lse), (combined, lens) = calls()
+    assert (out.shape, ml.shape, lse.shape) == ((0, 128, 512), (0, 128), (0, 128))
+    assert (combined.shape, lens.shape) == ((0, 640), (0,))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        calls()  # warm torch's allocator for the capture
+        stream.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            calls()
+    for _ in range(2):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert bool((cache == 0x5C).all()), "an empty insert or gather wrote the cache"
+    assert bool((backing == 7.0).all()), "an empty gather wrote past its empty out"

@@ -1,0 +1,224 @@
+// A stand-in for libcudart.so.13 with no device behind it, for measuring spgraph's host-side cost
+// (the Python binding, the executor's staging) on a machine without a GPU. Every call succeeds at
+// once: device and pinned memory are host memory, kernels and graph launches do nothing, events
+// are always complete. Nothing computed under it is meaningful; only host time is. Preloaded
+// (LD_PRELOAD) so it takes the libcudart.so.13 symbols of the extension; see
+// scripts/python_host_overhead.py (which builds it).
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace {
+
+struct Allocation {
+  const char* begin;
+  std::size_t bytes;
+  cudaMemoryType type;
+};
+std::mutex mutex;
+std::vector<Allocation> allocations;
+int capturing = 0;           // streams in capture (one at a time in spgraph's warm-up)
+std::size_t captured = 0;    // launches recorded into the capture in progress
+
+void* allocate(std::size_t bytes, cudaMemoryType type) {
+  void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
+  const std::lock_guard<std::mutex> lock(mutex);
+  allocations.push_back({static_cast<const char*>(p), bytes, type});
+  return p;
+}
+void release(void* p) {
+  if (p == nullptr) return;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = allocations.begin(); it != allocations.end(); ++it) {
+    if (it->begin == p) {
+      allocations.erase(it);
+      break;
+    }
+  }
+  std::free(p);
+}
+void launched() {
+  if (capturing > 0) ++captured;
+}
+CUresult encode_tensor_map(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                           const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                           CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  return CUDA_SUCCESS;
+}
+struct FakeGraph {
+  std::size_t nodes;
+};
+
+}  // namespace
+
+extern "C" {
+
+void** __cudaRegisterFatBinary(void*) {
+  static void* handle = nullptr;
+  return &handle;
+}
+void __cudaRegisterFatBinaryEnd(void**) {}
+void __cudaUnregisterFatBinary(void**) {}
+void __cudaRegisterFunction(void**, const char*, char*, const char*, int, uint3*, uint3*, dim3*, dim3*, int*) {}
+void __cudaRegisterVar(void**, char*, char*, const char*, int, std::size_t, int, int) {}
+unsigned __cudaPushCallConfiguration(dim3, dim3, std::size_t, void*) { return 0; }
+cudaError_t __cudaPopCallConfiguration(dim3*, dim3*, std::size_t*, void*) { return cudaSuccess; }
+cudaError_t __cudaGetKernel(cudaKernel_t* k, const void* f) {
+  *k = reinterpret_cast<cudaKernel_t>(const_cast<void*>(f));
+  return cudaSuccess;
+}
+cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void**, std::size_t, cudaStream_t) {
+  launched();
+  return cudaSuccess;
+}
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
+  launched();
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int) {
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *v = 132; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = 232448; break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    default: *v = 1; break;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+const char* cudaGetErrorName(cudaError_t) { return "cudaErrorStub"; }
+const char* cudaGetErrorString(cudaError_t) { return "the host stub runtime"; }
+cudaError_t cudaGetDriverEntryPointByVersion(const char*, void** fn, unsigned, unsigned long long,
+                                             cudaDriverEntryPointQueryResult* status) {
+  *fn = reinterpret_cast<void*>(&encode_tensor_map);
+  if (status != nullptr) *status = cudaDriverEntryPointSuccess;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, std::size_t n) {
+  *p = allocate(n, cudaMemoryTypeDevice);
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, std::size_t n, unsigned) {
+  *p = allocate(n, cudaMemoryTypeHost);
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  release(p);
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  release(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
+  *free_bytes = std::size_t{64} << 30;
+  *total = std::size_t{80} << 30;
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t n, cudaMemcpyKind) {
+  std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int v, std::size_t n, cudaStream_t) {
+  std::memset(p, v, n);
+  launched();
+  return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  std::memset(a, 0, sizeof *a);
+  const auto* c = static_cast<const char*>(p);
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Allocation& x : allocations) {
+    if (c >= x.begin && c < x.begin + x.bytes + 1) {
+      a->type = x.type;
+      a->devicePointer = const_cast<void*>(p);
+      a->hostPointer = x.type == cudaMemoryTypeHost ? const_cast<void*>(p) : nullptr;
+      return cudaSuccess;
+    }
+  }
+  a->type = cudaMemoryTypeUnregistered;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = reinterpret_cast<cudaStream_t>(new char[64]);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete[] reinterpret_cast<char*>(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+  ++capturing;
+  captured = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
+  --capturing;
+  *g = reinterpret_cast<cudaGraph_t>(new FakeGraph{captured});
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  *status = capturing > 0 ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  *e = reinterpret_cast<cudaEvent_t>(new char[64]);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete[] reinterpret_cast<char*>(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+  *ms = 0.001f;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, std::size_t* count) {
+  const std::size_t n = reinterpret_cast<FakeGraph*>(g)->nodes;
+  if (nodes != nullptr) {
+    for (std::size_t i = 0; i < *count && i < n; ++i) nodes[i] = nullptr;
+  }
+  *count = n;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete reinterpret_cast<FakeGraph*>(g);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t, unsigned long long) {
+  *e = reinterpret_cast<cudaGraphExec_t>(new char[64]);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete[] reinterpret_cast<char*>(e);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphUpload(cudaGraphExec_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) { return cudaSuccess; }
+
+}  // extern "C"

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Host time of Executor.run from Python without a GPU: what Python and the binding add to a call.
+
+Builds scripts/cudart_stub.cpp (a libcudart.so.13 in which every call succeeds at once and nothing
+runs) and re-runs itself with it preloaded, then times ``Executor.run`` on a scheduler trace for a
+1-layer and an 8-layer V4 program (small R and T, so the pooled host memory stays small), through
+the Python class and through the extension's method directly, with ``time_host_phases``: the call's
+p50, the p50 of the C++ phases (staging, launch, record) and of the call minus them, which is the
+Python and binding part. Under the stub the CUDA calls cost nothing, so the phases are the C++ host
+logic alone; on a GPU cudaGraphLaunch and the event record add the driver's time (docs/benchmarks.md).
+
+  PYTHONPATH=build/python python3 scripts/python_host_overhead.py [--chunks N] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STUB = os.path.join(HERE, "cudart_stub.cpp")
+
+
+def build_stub(out_dir: str) -> str:
+    lib = os.path.join(out_dir, "libcudart_stub.so")
+    script = os.path.join(out_dir, "cudart_stub.map")
+    if os.path.exists(lib) and os.path.getmtime(lib) >= os.path.getmtime(STUB):
+        return lib
+    os.makedirs(out_dir, exist_ok=True)
+    with open(script, "w") as f:
+        f.write("libcudart.so.13 { global: *; };\n")  # the extension's references carry this version
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O2", "-shared", "-fPIC", f"-I{cuda}/include",
+                    "-Wl,-soname,libcudart.so.13", f"-Wl,--version-script={script}", STUB, "-o", lib], check=True)
+    return lib
+
+
+def config(layers: int):
+    import spgraph
+
+    c = spgraph.PipelineConfig.v4_default()
+    c.max_requests, c.max_tokens, c.max_model_len = 4, 512, 8192
+    c.layers = c.layers[:layers]
+    c.cache.swa_blocks = 2 * c.max_requests * c.swa_blocks_per_request()
+    c.cache.compressed_blocks = 2 * c.max_requests * c.compressed_blocks_per_request()
+    c.validate()
+    return c
+
+
+def trace(c, n: int):
+    import spgraph
+
+    sched = spgraph.PrefillScheduler(c, spgraph.SchedulerConfig(max_num_batched_tokens=2048))
+    sched.submit(spgraph.make_workload(spgraph.WorkloadConfig(num_requests=64, min_prompt_len=256,
+                                                              max_prompt_len=8000, lengths="uniform")))
+    out = []
+    while len(out) < n and not sched.done:
+        out.extend(sched.schedule().chunks)
+    for cp in out:
+        cp.slot_lists = True
+    return out[:n]
+
+
+def p50(v):
+    return sorted(v)[len(v) // 2]
+
+
+def measure(o) -> int:
+    import spgraph
+    from spgraph import _spgraph as _C
+
+    print(f"{'program':10s} {'call through':26s} {'call p50':>9s} {'C++ phases':>11s} {'outside':>8s}  (us)")
+    for layers in (1, 8):
+        c = config(layers)
+        ex = spgraph.Executor(c, time_host_phases=True)
+        ex.warmup()
+        chunks = trace(c, o.chunks)
+        raw = _C.Executor.run
+        for label, call in (("spgraph.Executor.run", lambda ch: ex.run(ch, 0)),
+                            ("_spgraph.Executor.run", lambda ch: raw(ex, ch, 0, 0, False))):
+            host, phases = [], []
+            clock = time.perf_counter_ns
+            for _ in range(o.repeats):
+                for ch in chunks:
+                    t0 = clock()
+                    r = call(ch)
+                    t1 = clock()
+                    if not r.ok:
+                        raise RuntimeError(r.message)
+                    host.append((t1 - t0) / 1000.0)
+                    phases.append(r.staging_us + r.launch_us + r.record_us)
+            outside = [h - p for h, p in zip(host, phases)]
+            print(f"{layers:2d} layer(s) {label:26s} {p50(host):9.2f} {p50(phases):11.2f} {p50(outside):8.2f}")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--chunks", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--stub-dir", default="/tmp/spgraph-cudart-stub")
+    o = p.parse_args()
+    if os.environ.get("SPGRAPH_CUDART_STUB") != "1":
+        lib = build_stub(o.stub_dir)
+        env = dict(os.environ, LD_PRELOAD=lib, SPGRAPH_CUDART_STUB="1")
+        return subprocess.run([sys.executable] + sys.argv, env=env).returncode
+    return measure(o)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
