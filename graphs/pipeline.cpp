@@ -105,7 +105,7 @@ Pipeline::Pipeline(const PipelineConfig& config, const PipelineBuffers& buffers,
       derive_from(launch.swa_insert, 1, words + meta.swa_block_table, meta.swa_table_width);
       kernels::KvInsert::can_implement(launch.swa_insert);
       if (r > 1) {
-        const int rows = std::min(t_bucket / r + r_bucket, ChunkMetaLayout::compressed_slot_capacity(config, r));
+        const int rows = std::min(max_new_compressed_rows(t_bucket, r_bucket, r), ChunkMetaLayout::compressed_slot_capacity(config, r));
         launch.insert_compressed = true;
         launch.compressed_insert = kernels::KvInsertArgs{lb.compressed_k_rows.data_handle(),
                                                          words + meta.compressed_slots[ri],

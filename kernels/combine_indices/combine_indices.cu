@@ -6,13 +6,13 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/alignment.hpp"
 #include "kernels/combine_indices/combine_indices_kernel.cuh"
 #include "memory/error.hpp"
 
 namespace spg::kernels {
 
 namespace {
-bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 }  // namespace
 
 void CombineIndices::can_implement(const CombineIndicesArgs& a) {
@@ -37,8 +37,8 @@ void CombineIndices::can_implement(const CombineIndicesArgs& a) {
                                   << a.top_k + a.window);
   SPG_EXPECTS(a.tokens_bucket >= 1 && a.tokens_bucket <= (1 << 24),
               "tokens_bucket = " << a.tokens_bucket << " must be in [1, 2^24]");
-  SPG_EXPECTS(a.requests_bucket >= 1 && a.requests_bucket <= detail::kCombineMaxRequests,
-              "requests_bucket = " << a.requests_bucket << " must be in [1, " << detail::kCombineMaxRequests << "]");
+  SPG_EXPECTS(a.requests_bucket >= 1 && a.requests_bucket <= kMaxRequestsBucket,
+              "requests_bucket = " << a.requests_bucket << " must be in [1, " << kMaxRequestsBucket << "]");
   if (a.chunk.scalars == nullptr) {
     // A standalone call: N and M as its own arguments.
     for (const auto& [arg, name] : {std::pair{a.n_rows, "N"}, std::pair{a.m_rows, "M"}}) {
