@@ -5,12 +5,10 @@ include(CMakePackageConfigHelpers)
 install(TARGETS spgraph EXPORT spgraphTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir memory kernels graphs scheduler)
-  install(DIRECTORY ${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/spgraph/${dir}
-    FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh"
-    # Test and sample support stays in the tree (spgraph_support).
-    PATTERN "reference" EXCLUDE PATTERN "synthetic_front" EXCLUDE PATTERN "checksum" EXCLUDE
-    PATTERN "allocation_counter.hpp" EXCLUDE)
+# The public headers only (cmake/spgraph_headers.cmake), each at its path below the include root.
+foreach(header IN LISTS SPGRAPH_PUBLIC_HEADERS)
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/spgraph/${dir})
 endforeach()
 install(EXPORT spgraphTargets NAMESPACE spgraph:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/spgraph)
 # The build tree is a package too: find_package(spgraph) with spgraph_DIR=<build dir> links the

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "graphs/pipeline.hpp"
 #include "graphs/pipeline_pool.hpp"
 #include "memory/error.hpp"
 

@@ -11,6 +11,7 @@
 
 #include "graphs/chunk_format.hpp"
 #include "graphs/executor.hpp"
+#include "graphs/pipeline.hpp"
 #include "kernels/synthetic_front/synthetic_front.hpp"
 #include "memory/allocation_counter.hpp"
 #include "memory/error.hpp"
