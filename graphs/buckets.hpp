@@ -2,6 +2,7 @@
 // lookup of the smallest bucket that holds a chunk (docs/graphs.md).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,8 +24,8 @@ class BucketSet {
   [[nodiscard]] int size() const noexcept { return static_cast<int>(r_.size() * t_.size()); }
   /// Index of bucket (r index, t index) in [0, size()).
   [[nodiscard]] int index(int ri, int ti) const noexcept { return ri * static_cast<int>(t_.size()) + ti; }
-  [[nodiscard]] int r_of(int bucket) const noexcept { return r_[bucket / t_.size()]; }
-  [[nodiscard]] int t_of(int bucket) const noexcept { return t_[bucket % t_.size()]; }
+  [[nodiscard]] int r_of(int bucket) const noexcept { return r_[static_cast<std::size_t>(bucket) / t_.size()]; }
+  [[nodiscard]] int t_of(int bucket) const noexcept { return t_[static_cast<std::size_t>(bucket) % t_.size()]; }
 
   /// The smallest bucket holding `requests` and `tokens`, or -1 when none does. noexcept, O(1).
   [[nodiscard]] int lookup(int requests, int tokens) const noexcept {
@@ -32,7 +33,7 @@ class BucketSet {
         tokens >= static_cast<int>(t_index_.size())) {
       return -1;
     }
-    return index(r_index_[requests], t_index_[tokens]);
+    return index(r_index_[static_cast<std::size_t>(requests)], t_index_[static_cast<std::size_t>(tokens)]);
   }
 
   [[nodiscard]] std::string describe() const;

@@ -85,7 +85,7 @@ const char* run_status_name(RunStatus s) noexcept {
 }
 
 int ChunkMetaLayout::compressed_slot_capacity(const memory::PipelineConfig& config, int r) noexcept {
-  return config.max_tokens / r + config.max_requests;
+  return max_new_compressed_rows(config.max_tokens, config.max_requests, r);
 }
 
 ChunkMetaLayout ChunkMetaLayout::make(const memory::PipelineConfig& config) {

@@ -41,9 +41,15 @@ inline constexpr int kRatios[kNumRatios] = {1, 4, 128};
 [[nodiscard]] constexpr int blocks_for_rows(int rows, int rows_per_block) noexcept {
   return (rows + rows_per_block - 1) / rows_per_block;
 }
+/// Most compressed rows a chunk of `tokens` tokens over `requests` requests completes for ratio r:
+/// tokens / r + requests (each request may complete one row more than its share of tokens). The
+/// bound of the compressed insert's rows, per bucket and for the whole config.
+[[nodiscard]] constexpr int max_new_compressed_rows(int tokens, int requests, int r) noexcept {
+  return tokens / r + requests;
+}
 /// Slot of a request's row `row` through its block table row: table[row / bs] * bs + row % bs.
 [[nodiscard]] constexpr std::int64_t slot_of(std::span<const std::int32_t> table, int rows_per_block, int row) noexcept {
-  return std::int64_t{table[static_cast<std::size_t>(row / rows_per_block)]} * rows_per_block + row % rows_per_block;
+  return kernels::block_slot(table[static_cast<std::size_t>(row / rows_per_block)], rows_per_block, row);
 }
 
 // ---- what the host hands the executor ----
@@ -108,8 +114,7 @@ struct ChunkMetaLayout {
   int words{0};                     ///< total size in int32 words
 
   [[nodiscard]] static ChunkMetaLayout make(const memory::PipelineConfig& config);
-  /// New compressed rows a chunk can produce for ratio r: T / r + R (each request may complete
-  /// one row more than its share of tokens).
+  /// New compressed rows a chunk can produce for ratio r: max_new_compressed_rows(T, R, r).
   [[nodiscard]] static int compressed_slot_capacity(const memory::PipelineConfig& config, int r) noexcept;
   [[nodiscard]] std::size_t bytes() const noexcept { return static_cast<std::size_t>(words) * 4; }
 };

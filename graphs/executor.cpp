@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "graphs/detail/trace.hpp"
+#include "graphs/pipeline.hpp"
 #include "graphs/pipeline_pool.hpp"
 #include "memory/error.hpp"
 

@@ -15,7 +15,6 @@
 #include "graphs/chunk_format.hpp"
 #include "graphs/graph.hpp"
 #include "graphs/layer_buffers.hpp"
-#include "graphs/pipeline.hpp"
 #include "graphs/run_status.hpp"
 #include "graphs/step.hpp"
 #include "kernels/step_status.hpp"
@@ -24,6 +23,11 @@
 #include "memory/resources.hpp"
 
 namespace spg::graphs {
+
+// The recording of one (program, bucket) and the pointers it is recorded over: internal
+// (graphs/pipeline.hpp, not installed); the executor holds its recordings through pointers.
+class Pipeline;
+struct PipelineBuffers;
 
 /// @brief How an executor is set up.
 struct ExecutorOptions {

@@ -124,4 +124,11 @@ void check_bindings(const memory::PipelineConfig& config, const std::vector<Laye
 void check_binding_shapes(const memory::PipelineConfig& config, const std::vector<LayerBuffers>& buffers,
                           const std::vector<std::vector<int>>& programs, bool insert);
 
+/// @brief The workspaces every layer of a step shares (pool slots), as typed views.
+struct StepWorkspace {
+  DeviceView<__nv_bfloat16, 3> kv;              ///< [R, M_max, 512]: the gathered rows, request b at row b * M
+  DeviceView<std::int32_t, 2> combined_indices; ///< [T, max combined width]: the attention's index rows
+  DeviceView<std::int32_t, 1> combined_lens;    ///< [T]: the attention's per-token lengths (top-k + window)
+};
+
 }  // namespace spg::graphs

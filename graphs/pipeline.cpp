@@ -78,7 +78,7 @@ void insert_stages(const PipelineConfig& config, const LayerConfig& l, const Lay
   const int r = l.compress_ratio;
   if (r > 1) {
     const int ri = ratio_index(r);
-    const int rows = std::min(src.t_bucket / r + src.r_bucket, ChunkMetaLayout::compressed_slot_capacity(config, r));
+    const int rows = std::min(max_new_compressed_rows(src.t_bucket, src.r_bucket, r), ChunkMetaLayout::compressed_slot_capacity(config, r));
     launch.insert_compressed = true;
     launch.compressed_insert = kernels::KvInsertArgs{lb.compressed_k_rows.data_handle(),
                                                      words + meta.compressed_slots[ri],

@@ -29,13 +29,6 @@ inline constexpr Stage kStages[] = {Stage::insert_swa, Stage::insert_compressed,
                                     Stage::attention};
 [[nodiscard]] const char* stage_name(Stage s) noexcept;
 
-/// @brief The workspaces every layer of a step shares (pool slots), as typed views.
-struct StepWorkspace {
-  DeviceView<__nv_bfloat16, 3> kv;              ///< [R, M_max, 512]: the gathered rows, request b at row b * M
-  DeviceView<std::int32_t, 2> combined_indices; ///< [T, max combined width]: the attention's index rows
-  DeviceView<std::int32_t, 1> combined_lens;    ///< [T]: the attention's per-token lengths (top-k + window)
-};
-
 /// @brief Everything a Pipeline records into: the per-step metadata, the shared workspaces and
 ///        every layer's buffers (bound or pooled).
 struct PipelineBuffers {

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "graphs/pipeline.hpp"
 #include "graphs/pipeline_pool.hpp"
 #include "memory/error.hpp"
 

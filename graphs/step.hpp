@@ -18,13 +18,14 @@
 #include "graphs/chunk_format.hpp"
 #include "graphs/chunk_split.hpp"
 #include "graphs/graph.hpp"
-#include "graphs/pipeline.hpp"
 #include "graphs/run_status.hpp"
 #include "kernels/step_loop/step_loop.hpp"
 #include "memory/pipeline_config.hpp"
 #include "memory/pool_plan.hpp"
 
 namespace spg::graphs {
+
+class Pipeline;  // graphs/pipeline.hpp (internal): a (program, bucket) recording
 
 /// @brief Every request of one step. A request's query_len is its tokens in this step (>= 1) and
 ///        its seq_len the tokens so far with them; its block tables cover seq_len. A step carries
@@ -46,11 +47,11 @@ struct StepLayout {
   int header_words{0};
   int chunk_words{0};   ///< ChunkMetaLayout::words
   [[nodiscard]] std::size_t words() const noexcept {
-    return static_cast<std::size_t>(header_words) + static_cast<std::size_t>(max_chunks) * chunk_words;
+    return static_cast<std::size_t>(header_words) + static_cast<std::size_t>(max_chunks) * static_cast<std::size_t>(chunk_words);
   }
   [[nodiscard]] std::size_t bytes() const noexcept { return words() * 4; }
   [[nodiscard]] std::size_t chunk_offset(int c) const noexcept {
-    return static_cast<std::size_t>(header_words) + static_cast<std::size_t>(c) * chunk_words;
+    return static_cast<std::size_t>(header_words) + static_cast<std::size_t>(c) * static_cast<std::size_t>(chunk_words);
   }
   /// The layout for `config` (validated by the caller) and the step options.
   /// @throws InvalidArgument naming max_step_requests / max_step_tokens when outside

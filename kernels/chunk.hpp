@@ -8,7 +8,21 @@
 
 #include <cstdint>
 
+#include "kernels/host_device.hpp"
+
 namespace spg::kernels {
+
+/// Largest requests_bucket the gather, insert and combine kernels take (one CTA scans every
+/// request's metadata in shared memory).
+inline constexpr int kMaxRequestsBucket = 128;
+
+/// The cache slot of row `row` of a request whose block table maps row / rows_per_block to
+/// physical block `block`: block * rows_per_block + row % rows_per_block (docs/pipeline.md). The
+/// one implementation of table[p / bs] * bs + p % bs, for the kernels, the chunk encoder, the
+/// scheduler and the bench.
+SPG_HOST_DEVICE constexpr std::int64_t block_slot(std::int64_t block, int rows_per_block, int row) noexcept {
+  return block * rows_per_block + row % rows_per_block;
+}
 
 /// @brief Per-step scalars of one chunk, for one compression ratio r (device memory).
 struct ChunkScalars {

@@ -6,14 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace spg::memory {
+#include "memory/cache_format.hpp"
 
-/// Bytes of one token's row in the V4 FP8 cache: 448 e4m3 + 64 bf16 (docs/pipeline.md).
-inline constexpr int kCacheRowBytes = 576;
-/// Bytes of one token's scale row: 7 UE8M0 exponents used, 1 pad.
-inline constexpr int kCacheScaleBytes = 8;
-/// Values per K row and per gathered workspace row.
-inline constexpr int kHeadDim = 512;
+namespace spg::memory {
 
 /// @brief One attention layer's settings (docs/pipeline.md, "Layer configuration").
 struct LayerConfig {

@@ -28,10 +28,19 @@
 #include "scheduler/block_allocator.hpp"
 #include "scheduler/cache_kind.hpp"
 #include "scheduler/chunk_plan.hpp"
-#include "scheduler/detail/request_state.hpp"
 #include "scheduler/request.hpp"
 
 namespace spg::scheduler {
+
+namespace detail {
+/// What the scheduler keeps per admitted request: progress and the blocks it holds per cache kind.
+struct RequestState {
+  Request request;
+  int prefilled{0};                               // tokens prefilled so far (the prefix)
+  std::vector<std::vector<std::int32_t>> blocks;  // per cache kind: the block table, covers `prefilled`
+  std::vector<int> footprint;                     // per cache kind: blocks of the whole prompt
+};
+}  // namespace detail
 
 /// @brief Step-level limits; the chunk limits R and T come from the PipelineConfig.
 struct SchedulerConfig {

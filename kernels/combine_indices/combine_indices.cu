@@ -6,13 +6,13 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/alignment.hpp"
 #include "kernels/combine_indices/combine_indices_kernel.cuh"
 #include "memory/error.hpp"
 
 namespace spg::kernels {
 
 namespace {
-bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 }  // namespace
 
 void CombineIndices::can_implement(const CombineIndicesArgs& a) {
@@ -41,9 +41,9 @@ void CombineIndices::can_implement(const CombineIndicesArgs& a) {
   SPG_EXPECTS(a.tokens_bucket >= 0 && a.tokens_bucket <= (1 << 24),
               "tokens_bucket = " << a.tokens_bucket << " must be in [0, 2^24]");
   const int least_requests = empty ? 0 : 1;  // tokens need a request to belong to
-  SPG_EXPECTS(a.requests_bucket >= least_requests && a.requests_bucket <= detail::kCombineMaxRequests,
+  SPG_EXPECTS(a.requests_bucket >= least_requests && a.requests_bucket <= kMaxRequestsBucket,
               "requests_bucket = " << a.requests_bucket << " must be in [" << least_requests << ", "
-                                   << detail::kCombineMaxRequests << "]" << (empty ? "" : " (tokens_bucket > 0)"));
+                                   << kMaxRequestsBucket << "]" << (empty ? "" : " (tokens_bucket > 0)"));
   if (a.chunk.scalars == nullptr) {
     // A standalone call: N and M as its own arguments.
     for (const auto& [arg, name] : {std::pair{a.n_rows, "N"}, std::pair{a.m_rows, "M"}}) {

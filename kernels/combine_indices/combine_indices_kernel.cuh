@@ -16,10 +16,9 @@ namespace spg::kernels::detail {
 
 inline constexpr int kCombineThreads = 256;
 inline constexpr int kCombineWarps = kCombineThreads / 32;
-inline constexpr int kCombineMaxRequests = 128;
 /// int4 top-k loads a lane has in flight (512 entries a warp per pass).
 inline constexpr int kCombineVectors = 4;
-static_assert(kCombineThreads > kCombineMaxRequests, "one thread per query_start_loc entry");
+static_assert(kCombineThreads > kMaxRequestsBucket, "one thread per query_start_loc entry");
 
 struct CombineParams {
   const std::int32_t* topk;
@@ -53,10 +52,10 @@ struct TopkFaults {
 };
 
 __global__ void __launch_bounds__(kCombineThreads) combine_indices_kernel(CombineParams p) {
-  __shared__ int s_qsl[kCombineMaxRequests + 1];
-  __shared__ int s_seq[kCombineMaxRequests];
-  __shared__ int s_window_start[kCombineMaxRequests];  // seq_len - gather_len
-  __shared__ int s_ok[kCombineMaxRequests];
+  __shared__ int s_qsl[kMaxRequestsBucket + 1];
+  __shared__ int s_seq[kMaxRequestsBucket];
+  __shared__ int s_window_start[kMaxRequestsBucket];  // seq_len - gather_len
+  __shared__ int s_ok[kMaxRequestsBucket];
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;

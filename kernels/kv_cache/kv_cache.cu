@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/alignment.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/kv_cache/kv_cache_kernel.cuh"
 #include "memory/error.hpp"
@@ -13,7 +14,6 @@ namespace spg::kernels {
 
 namespace {
 
-bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 void check_stride(int block_size, std::int64_t stride, const char* name) {
   const std::int64_t least = CacheLayout::min_block_stride(block_size);

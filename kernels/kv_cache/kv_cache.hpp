@@ -15,22 +15,20 @@
 
 #include "kernels/chunk.hpp"
 #include "kernels/step_status.hpp"
+#include "memory/cache_format.hpp"
 
 namespace spg::kernels {
 
-/// Bytes of a token's data row: 448 e4m3 NoPE values, then 64 bf16 RoPE values.
-inline constexpr int kKvRowBytes = 576;
-/// Bytes of a token's scale row: 7 UE8M0 tile exponents and one zero pad byte.
-inline constexpr int kKvScaleBytes = 8;
-/// Values of a K row and of a gathered kv row.
-inline constexpr int kKvDim = 512;
-/// NoPE values (stored as e4m3 in 7 tiles of 64) and RoPE values (stored as bf16).
-inline constexpr int kKvNopeDim = 448;
-inline constexpr int kKvRopeDim = 64;
-inline constexpr int kKvTile = 64;
-inline constexpr int kKvTiles = kKvNopeDim / kKvTile;
-/// Largest requests_bucket the gather and combine kernels take (one CTA scans every request).
-inline constexpr int kMaxRequestsBucket = 128;
+// The cache format (memory/cache_format.hpp) under the kernels' names: a token's data row
+// (448 e4m3 NoPE values, then 64 bf16 RoPE values), its scale row (7 UE8M0 tile exponents and
+// one zero pad byte), and the 512 values of a K row and of a gathered kv row.
+inline constexpr int kKvRowBytes = memory::kCacheRowBytes;
+inline constexpr int kKvScaleBytes = memory::kCacheScaleBytes;
+inline constexpr int kKvDim = memory::kHeadDim;
+inline constexpr int kKvNopeDim = memory::kCacheNopeDim;
+inline constexpr int kKvRopeDim = memory::kCacheRopeDim;
+inline constexpr int kKvTile = memory::kCacheTile;
+inline constexpr int kKvTiles = memory::kCacheTiles;
 
 /// @brief Geometry of one paged V4 FP8 cache: `num_blocks` blocks of `block_size` rows, each
 ///        block holding its rows' 576-byte data, then their 8-byte scale rows, padded to

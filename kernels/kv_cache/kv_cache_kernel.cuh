@@ -144,7 +144,7 @@ __device__ __forceinline__ int derive_slot(const InsertParams& p, int row, int n
     if (lane0) record_fault(p.status, Fault::block_id, 1, b, pos, block);
     return -1;
   }
-  return block * p.block_size + pos % p.block_size;
+  return static_cast<int>(block_slot(block, p.block_size, pos));
 }
 
 __global__ void __launch_bounds__(kInsertThreads) kv_insert_kernel(InsertParams p) {

@@ -143,7 +143,7 @@ void gather_row(const CacheView& v, int b, int pos, std::uint16_t* out, FaultLog
     log.add(Fault::block_id, b, pos, block);
     return;
   }
-  const std::int64_t slot = std::int64_t{block} * v.layout.block_size + pos % v.layout.block_size;
+  const std::int64_t slot = block_slot(block, v.layout.block_size, pos);
   dequantize_row(v.cache + v.layout.row_offset(slot), v.cache + v.layout.scale_offset(slot), out);
 }
 

@@ -8,13 +8,14 @@
 #include <limits>
 #include <thread>
 
+#include "memory/cache_format.hpp"
 #include "memory/error.hpp"
 
 namespace spg::kernels::reference {
 
 namespace {
 
-constexpr int kDv = 512;
+constexpr int kDv = memory::kHeadDim;
 
 // Four independent partial sums: shorter dependency chains, same result for the same inputs.
 double dot(const double* a, const double* b, int n) noexcept {

@@ -12,6 +12,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/alignment.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/sparse_mla/sparse_mla_kernel.cuh"
 #include "kernels/sparse_mla/sparse_mla_wgmma_kernel.cuh"
@@ -23,7 +24,6 @@ namespace {
 
 constexpr std::size_t kWorkspaceAlign = 256;
 
-bool aligned(const void* p, std::size_t bytes) noexcept { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1) / a * a; }
 

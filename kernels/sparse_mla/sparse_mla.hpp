@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <memory>
 
+#include "memory/cache_format.hpp"
+
 namespace spg::kernels {
 
-/// Width of the value part of a kv row and of an output row.
-inline constexpr int kSparseMlaDv = 512;
+/// Width of the value part of a kv row and of an output row: the head dim.
+inline constexpr int kSparseMlaDv = memory::kHeadDim;
 /// Query heads one CTA (or one persistent-CTA item) owns; h_q = 128 runs two per token.
 inline constexpr int kSparseMlaHeadsPerCta = 64;
 /// kv rows streamed through shared memory per step; topk must be a multiple of it.

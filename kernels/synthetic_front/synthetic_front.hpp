@@ -11,11 +11,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SPG_HOST_DEVICE __host__ __device__
-#else
-#define SPG_HOST_DEVICE
-#endif
+#include "kernels/host_device.hpp"
 
 namespace spg::kernels {
 

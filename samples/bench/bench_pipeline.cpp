@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "graphs/chunk_format.hpp"
 #include "graphs/executor.hpp"
+#include "graphs/pipeline.hpp"
 #include "kernels/synthetic_front/synthetic_front.hpp"
 #include "memory/allocation_counter.hpp"
 #include "memory/error.hpp"
@@ -95,12 +97,12 @@ void make_chunk(const memory::PipelineConfig& c, const Workload& w, int rotation
     out.qsl.push_back(out.qsl.back() + w.new_tokens);
     for (int p = w.prefix; p < seq; ++p) {
       const int bs = c.cache.swa_block_size;
-      out.swa_slots.push_back(s[static_cast<std::size_t>(p / bs)] * bs + p % bs);
+      out.swa_slots.push_back(static_cast<std::int32_t>(graphs::slot_of(s, bs, p)));
       for (int i = 1; i < kNumRatios; ++i) {
         if ((p + 1) % kRatios[i] != 0) continue;
         const int row = (p + 1) / kRatios[i] - 1;
         const int rpb = c.cache.block_tokens / kRatios[i];
-        out.comp_slots[i].push_back(k[static_cast<std::size_t>(row / rpb)] * rpb + row % rpb);
+        out.comp_slots[i].push_back(static_cast<std::int32_t>(graphs::slot_of(k, rpb, row)));
       }
     }
   }

@@ -15,6 +15,7 @@
 #include "executor_test_util.hpp"
 #include "graphs/executor.hpp"
 #include "graphs/graph.hpp"
+#include "graphs/pipeline.hpp"
 #include "graphs/pipeline_pool.hpp"
 #include "kernels/kv_cache/kv_cache.hpp"
 #include "memory/allocation_counter.hpp"

@@ -16,6 +16,7 @@
 #include "common/catch.hpp"
 #include "executor_test_util.hpp"
 #include "graphs/executor.hpp"
+#include "graphs/pipeline.hpp"
 #include "graphs/step.hpp"
 #include "memory/allocation_counter.hpp"
 
