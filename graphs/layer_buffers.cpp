@@ -11,6 +11,7 @@
 #include <string>
 
 #include "graphs/chunk_format.hpp"
+#include "kernels/alignment.hpp"
 #include "memory/error.hpp"
 
 namespace spg::graphs {
@@ -86,7 +87,6 @@ std::string describe(const cuda::std::mdspan<T, Extents, cuda::std::layout_strid
   return os.str();
 }
 
-bool aligned16(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 /// 128-bit sizes, for spans whose 64-bit arithmetic could wrap (a GCC/Clang extension).
 __extension__ typedef unsigned __int128 WideSize;
@@ -114,7 +114,7 @@ template <class T, std::size_t Rank>
 void check_rows(const DeviceView<T, Rank>& v, const std::string& name, std::size_t rows,
                 const std::array<std::size_t, Rank - 1>& inner, std::size_t row_stride, std::vector<Range>& ranges,
                 std::size_t layer, LayerBuffer b, Range::Use use) {
-  SPG_EXPECTS(aligned16(v.data_handle()),
+  SPG_EXPECTS(kernels::aligned(v.data_handle(), 16),
               name << " = " << static_cast<const void*>(v.data_handle()) << " must be 16-byte aligned");
   SPG_EXPECTS(v.extent(0) >= rows, name << ": " << describe(v) << " has " << v.extent(0) << " rows; it needs at least "
                                         << rows << " (the config's largest bucket)");
@@ -143,7 +143,7 @@ void check_rows(const DeviceView<T, Rank>& v, const std::string& name, std::size
 
 void check_cache(const PagedCache& c, const kernels::CacheLayout& want, const std::string& name,
                  std::vector<Range>& ranges, std::size_t layer, LayerBuffer b) {
-  SPG_EXPECTS(aligned16(c.data), name << ".data = " << static_cast<const void*>(c.data) << " must be 16-byte aligned");
+  SPG_EXPECTS(kernels::aligned(c.data, 16), name << ".data = " << static_cast<const void*>(c.data) << " must be 16-byte aligned");
   SPG_EXPECTS(c.layout.block_size == want.block_size,
               name << ".layout.block_size = " << c.layout.block_size << " must be " << want.block_size
                    << " (the config's rows per block)");
@@ -205,7 +205,7 @@ std::vector<Range> check_shapes(const PipelineConfig& config, const std::vector<
     }
     if (used(B::attn_sink, b.attn_sink.data_handle(), b.attn_sink.size() != 0)) {
       const std::string name = where(i, B::attn_sink);
-      SPG_EXPECTS(aligned16(b.attn_sink.data_handle()), name << " must be 16-byte aligned");
+      SPG_EXPECTS(kernels::aligned(b.attn_sink.data_handle(), 16), name << " must be 16-byte aligned");
       SPG_EXPECTS(b.attn_sink.extent(0) == h && b.attn_sink.stride(0) == 1,
                   name << ": " << describe(b.attn_sink) << " must be [" << h << "] contiguous (h_q sinks)");
       ranges.push_back(checked_range(name, reinterpret_cast<std::uintptr_t>(b.attn_sink.data_handle()), h * 4, i,

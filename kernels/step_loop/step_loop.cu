@@ -1,6 +1,7 @@
 // Step loop: see step_loop.hpp.
 #include "kernels/step_loop/step_loop.hpp"
 
+#include "kernels/alignment.hpp"
 #include "kernels/step_loop/step_loop_kernel.cuh"
 #include "memory/error.hpp"
 
@@ -11,13 +12,12 @@ constexpr int kHeadThreads = 128;
 constexpr int kCopyThreads = 256;
 constexpr int kCopyMaxCtas = 16;  // as the stage-in: a 64 KiB block in one round trip over the bus
 
-bool aligned16(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 }  // namespace
 
 void StepLoop::can_implement(const StepLoopArgs& a) {
   SPG_EXPECTS(a.staging != nullptr && a.state != nullptr && a.chunk_meta != nullptr && a.status != nullptr,
               "StepLoop: staging, state, chunk_meta and status must not be null");
-  SPG_EXPECTS(aligned16(a.staging) && aligned16(a.state) && aligned16(a.chunk_meta),
+  SPG_EXPECTS(aligned(a.staging, 16) && aligned(a.state, 16) && aligned(a.chunk_meta, 16),
               "StepLoop: staging, state and chunk_meta must be 16-byte aligned");
   SPG_EXPECTS(a.max_chunks >= 0, "StepLoop: max_chunks = " << a.max_chunks << " must be at least 0");
   SPG_EXPECTS(a.header_words == StepStateWords::header_words(a.max_chunks),
