@@ -8,7 +8,7 @@ install(TARGETS spgraph EXPORT spgraphTargets
 # The public headers only (cmake/spgraph_headers.cmake), each at its path below the include root.
 foreach(header IN LISTS SPGRAPH_PUBLIC_HEADERS)
   get_filename_component(dir ${header} DIRECTORY)
-  install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/spgraph/${dir})
+  install(FILES src/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${dir})
 endforeach()
 install(EXPORT spgraphTargets NAMESPACE spgraph:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/spgraph)
 # The build tree is a package too: find_package(spgraph) with spgraph_DIR=<build dir> links the

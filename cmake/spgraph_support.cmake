@@ -1,7 +1,7 @@
 # spgraph_support: what tests, samples, the bench and the Python extension need beside the library,
-# and what an engine does not: the CPU references and accuracy bars (kernels/reference), the model
-# front that stands in for a real model (kernels/synthetic_front), the output checksum
-# (kernels/checksum) and the CUPTI allocation counter (memory/allocation_counter). It is never
+# and what an engine does not: the CPU references and accuracy bars (src/spgraph/kernels/reference), the
+# model front that stands in for a real model (src/spgraph/kernels/synthetic_front), the output checksum
+# (src/spgraph/kernels/checksum) and the CUPTI allocation counter (src/spgraph/memory/allocation_counter). It is never
 # installed, and it alone links CUPTI: a find_package(spgraph) consumer links neither (the
 # install_consumer test checks).
 #
@@ -10,16 +10,16 @@
 # compiles these few sources itself; python/CMakeLists.txt).
 function(spgraph_add_support_library root)
   add_library(spgraph_support STATIC
-    ${root}/kernels/checksum/checksum.cu
-    ${root}/kernels/reference/accuracy.cpp
-    ${root}/kernels/reference/combine_indices_reference.cpp
-    ${root}/kernels/reference/kv_cache_reference.cpp
-    ${root}/kernels/reference/pipeline_reference.cpp
-    ${root}/kernels/reference/sparse_mla_reference.cpp
-    ${root}/kernels/synthetic_front/synthetic_front.cu
-    ${root}/memory/allocation_counter.cpp)
+    ${root}/src/spgraph/kernels/checksum/checksum.cu
+    ${root}/src/spgraph/kernels/reference/accuracy.cpp
+    ${root}/src/spgraph/kernels/reference/combine_indices_reference.cpp
+    ${root}/src/spgraph/kernels/reference/kv_cache_reference.cpp
+    ${root}/src/spgraph/kernels/reference/pipeline_reference.cpp
+    ${root}/src/spgraph/kernels/reference/sparse_mla_reference.cpp
+    ${root}/src/spgraph/kernels/synthetic_front/synthetic_front.cu
+    ${root}/src/spgraph/memory/allocation_counter.cpp)
   add_library(spgraph::support ALIAS spgraph_support)
-  target_include_directories(spgraph_support PUBLIC $<BUILD_INTERFACE:${root}>)
+  target_include_directories(spgraph_support PUBLIC $<BUILD_INTERFACE:${root}/src>)
   # CUPTI is PRIVATE: no header of the target names it (a static library still hands it to the
   # final link).
   target_link_libraries(spgraph_support PUBLIC spgraph::spgraph PRIVATE CUDA::cupti)

@@ -10,10 +10,10 @@ T* EngineBuffers::allocate(std::size_t elems) {
   return static_cast<T*>(owned_.back().data());
 }
 
-EngineBuffers::EngineBuffers(const memory::PipelineConfig& config, bool insert) {
+EngineBuffers::EngineBuffers(const model::PipelineConfig& config, bool insert) {
   using graphs::LayerBuffer;
   const auto T = static_cast<std::size_t>(config.max_tokens);
-  for (const memory::LayerConfig& l : config.layers) {
+  for (const model::LayerConfig& l : config.layers) {
     graphs::LayerBuffers b;
     const auto h = static_cast<std::size_t>(l.h_q);
     const auto d = static_cast<std::size_t>(l.d_qk);

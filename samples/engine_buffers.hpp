@@ -6,9 +6,9 @@
 #include <cstddef>
 #include <vector>
 
-#include "graphs/layer_buffers.hpp"
-#include "memory/pipeline_config.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/graphs/layer_buffers.hpp"
+#include "spgraph/model/pipeline_config.hpp"
 
 namespace spg::samples {
 
@@ -17,7 +17,7 @@ namespace spg::samples {
 class EngineBuffers {
  public:
   /// @throws CudaError when an allocation fails.
-  EngineBuffers(const memory::PipelineConfig& config, bool insert);
+  EngineBuffers(const model::PipelineConfig& config, bool insert);
 
   /// One LayerBuffers per layer, every used member bound: ExecutorOptions::buffers.
   [[nodiscard]] const std::vector<graphs::LayerBuffers>& bindings() const noexcept { return bindings_; }
@@ -28,7 +28,7 @@ class EngineBuffers {
   template <class T>
   T* allocate(std::size_t elems);
 
-  std::vector<memory::DeviceBuffer> owned_;
+  std::vector<core::DeviceBuffer> owned_;
   std::vector<graphs::LayerBuffers> bindings_;
   std::size_t bytes_{0};
 };

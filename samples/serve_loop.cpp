@@ -14,27 +14,27 @@
 #include <string>
 #include <vector>
 
-#include "graphs/executor.hpp"
-#include "kernels/checksum/checksum.hpp"
-#include "kernels/synthetic_front/synthetic_front.hpp"
-#include "memory/allocation_counter.hpp"
-#include "memory/error.hpp"
-#include "memory/pipeline_config.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+#include "spgraph/kernels/checksum/checksum.hpp"
+#include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
+#include "spgraph/memory/allocation_counter.hpp"
+#include "spgraph/model/pipeline_config.hpp"
 #include "samples/bench/report.hpp"
 #include "samples/engine_buffers.hpp"
 #include "samples/serve_loop_options.hpp"
 #include "samples/serve_loop_verify.hpp"
-#include "scheduler/prefill_scheduler.hpp"
-#include "scheduler/workload.hpp"
+#include "spgraph/scheduler/prefill_scheduler.hpp"
+#include "spgraph/scheduler/workload.hpp"
 
 namespace {
 
 using Options = spg::samples::ServeLoopOptions;
 
-spg::memory::PipelineConfig make_config(const Options& o) {
-  spg::memory::PipelineConfig c = spg::memory::PipelineConfig::v4_default();
+spg::model::PipelineConfig make_config(const Options& o) {
+  spg::model::PipelineConfig c = spg::model::PipelineConfig::v4_default();
   c.max_requests = o.max_requests;
   c.max_tokens = o.max_tokens;
   c.max_model_len = o.max_model_len;
@@ -43,7 +43,7 @@ spg::memory::PipelineConfig make_config(const Options& o) {
   return c;
 }
 
-void print_plan(const spg::memory::PipelineConfig& config, const Options& opt) {
+void print_plan(const spg::model::PipelineConfig& config, const Options& opt) {
   const bool engine_buffers = opt.engine_buffers;
   // With --engine-buffers the model front owns every layer buffer: the pool plans only its own.
   auto plan = spg::graphs::plan_pipeline_pool(
@@ -104,7 +104,7 @@ class Progress {
 /// The model front's fixed part: query rows (random, once) and the sinks.
 void fill_model_front(const spg::graphs::Executor& ex, std::uint64_t seed) {
   using namespace spg;
-  const memory::PipelineConfig& config = ex.config();
+  const model::PipelineConfig& config = ex.config();
   for (std::size_t l = 0; l < config.layers.size(); ++l) {
     const auto& layer = config.layers[l];
     const graphs::LayerBuffers& v = ex.layer(l);
@@ -183,8 +183,8 @@ class GpuTimes {
   }
 
  private:
-  std::vector<spg::memory::Event> start_;
-  std::vector<spg::memory::Event> stop_;
+  std::vector<spg::core::Event> start_;
+  std::vector<spg::core::Event> stop_;
   std::vector<double> us_;
 };
 
@@ -194,7 +194,7 @@ class OutputChecksum {
   OutputChecksum() : acc_(sizeof(std::uint64_t)) { SPG_CUDA_TRY(cudaMemset(acc_.data(), 0, sizeof(std::uint64_t))); }
   void add(const spg::graphs::Executor& ex, int t_bucket, long long chunk) {
     using namespace spg;
-    const memory::PipelineConfig& config = ex.config();
+    const model::PipelineConfig& config = ex.config();
     for (std::size_t l = 0; l < config.layers.size(); ++l) {
       const graphs::LayerBuffers& v = ex.layer(l);
       const std::size_t rows = std::size_t{1} * t_bucket * config.layers[l].h_q;
@@ -212,7 +212,7 @@ class OutputChecksum {
   }
 
  private:
-  spg::memory::DeviceBuffer acc_;
+  spg::core::DeviceBuffer acc_;
 };
 
 /// What the loop counted and timed.
@@ -480,7 +480,7 @@ class ServeLoop {
 
 int run(const Options& opt) {
   using namespace spg;
-  const memory::PipelineConfig config = make_config(opt);
+  const model::PipelineConfig config = make_config(opt);
   // The counter's CUPTI subscriber costs every cudaGraphLaunch ~0.2 us a node, so host times are
   // only representative with --no-alloc-count.
   memory::AllocationCounter* counter = opt.count_allocations ? &memory::AllocationCounter::instance() : nullptr;
@@ -547,13 +547,13 @@ int main(int argc, char** argv) {
   }
   const Options& opt = cl.options;
   try {
-    const spg::memory::PipelineConfig config = make_config(opt);
+    const spg::model::PipelineConfig config = make_config(opt);
     config.validate();
     if (opt.plan_only) {
       print_plan(config, opt);
       return 0;
     }
-    if (!spg::memory::cuda_device_available()) {
+    if (!spg::core::cuda_device_available()) {
       if (opt.require_gpu) {
         std::printf("serve_loop: no CUDA device found; skipping (exit code 77)\n");
         return 77;

@@ -8,7 +8,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
 
 namespace spg::samples {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/workload.hpp"
+#include "spgraph/scheduler/workload.hpp"
 
 namespace spg::samples {
 

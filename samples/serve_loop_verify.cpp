@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <unordered_map>
 
-#include "kernels/reference/accuracy.hpp"
-#include "kernels/reference/kv_cache_reference.hpp"
-#include "kernels/reference/pipeline_reference.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/kernels/reference/accuracy.hpp"
+#include "spgraph/kernels/reference/kv_cache_reference.hpp"
+#include "spgraph/kernels/reference/pipeline_reference.hpp"
 
 namespace spg::samples {
 
@@ -21,10 +21,10 @@ using graphs::ratio_index;
 
 kernels::SyntheticFrontArgs front_layers(const graphs::Executor& ex) {
   kernels::SyntheticFrontArgs a;
-  const memory::PipelineConfig& cfg = ex.config();
+  const model::PipelineConfig& cfg = ex.config();
   a.num_layers = static_cast<int>(cfg.layers.size());
   for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
-    const memory::LayerConfig& layer = cfg.layers[l];
+    const model::LayerConfig& layer = cfg.layers[l];
     const graphs::LayerBuffers& v = ex.layer(l);
     kernels::FrontLayer& f = a.layers[l];
     f.k_rows = v.k_rows.data_handle();
@@ -115,7 +115,7 @@ std::vector<std::int32_t> referenced_blocks(const scheduler::ChunkCachePlan& c) 
 
 void Verifier::before(const scheduler::ChunkPlan& plan) {
   ex_.synchronize();
-  const memory::PipelineConfig& cfg = ex_.config();
+  const model::PipelineConfig& cfg = ex_.config();
   swa_before_.clear();
   comp_before_.clear();
   for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
@@ -142,7 +142,7 @@ std::vector<std::int32_t> compact_table(const std::vector<std::int32_t>& snapsho
 }
 
 /// The model front's query rows of the sampled tokens (others zero), [t_bucket, h_q * d_qk].
-std::vector<std::uint16_t> front_queries(std::uint64_t seed, std::size_t l, const memory::LayerConfig& layer,
+std::vector<std::uint16_t> front_queries(std::uint64_t seed, std::size_t l, const model::LayerConfig& layer,
                                          int t_bucket, const std::vector<int>& tokens) {
   const std::size_t row = static_cast<std::size_t>(layer.h_q) * layer.d_qk;
   std::vector<std::uint16_t> q(static_cast<std::size_t>(t_bucket) * row, 0);
@@ -157,7 +157,7 @@ std::vector<std::uint16_t> front_queries(std::uint64_t seed, std::size_t l, cons
 
 /// The model front's top-k rows of every real token, [t_bucket, top_k], -1 padded.
 std::vector<std::int32_t> front_topk_rows(std::uint64_t seed, std::uint64_t step, std::size_t l,
-                                          const memory::LayerConfig& layer, const scheduler::ChunkPlan& plan,
+                                          const model::LayerConfig& layer, const scheduler::ChunkPlan& plan,
                                           int t_bucket) {
   const int r = layer.compress_ratio;
   std::vector<std::int32_t> topk(static_cast<std::size_t>(t_bucket) * layer.top_k, -1);
@@ -173,7 +173,7 @@ std::vector<std::int32_t> front_topk_rows(std::uint64_t seed, std::uint64_t step
 }
 
 /// The sinks serve_loop uploads for layer `l` (empty when the layer has none).
-std::vector<float> front_sinks(std::uint64_t seed, std::size_t l, const memory::LayerConfig& layer) {
+std::vector<float> front_sinks(std::uint64_t seed, std::size_t l, const model::LayerConfig& layer) {
   std::vector<float> sink;
   if (layer.attn_sink) {
     for (int h = 0; h < layer.h_q; ++h) sink.push_back(4.0F * kernels::front_q_value(seed + 7, static_cast<int>(l), static_cast<std::uint64_t>(h)));
@@ -210,7 +210,7 @@ kernels::CacheLayout Verifier::check_insert(std::size_t l, Snapshot& before, boo
   for (std::size_t i = 0; i < cache.slot_mapping.size(); ++i) {
     const std::int32_t s = cache.slot_mapping[i];
     slots.push_back(index.at(s / rows_per_block) * rows_per_block + s % rows_per_block);
-    for (int d = 0; d < memory::kHeadDim; ++d) {
+    for (int d = 0; d < model::kHeadDim; ++d) {
       rows.push_back(ref::bf16_round(kernels::front_k_value(seed_, step, 2 * static_cast<int>(l) + (compressed ? 1 : 0),
                                                             static_cast<int>(i), d)));
     }
@@ -257,8 +257,8 @@ bool Verifier::outputs_match(std::size_t l, const std::vector<int>& tokens, cons
 
 bool Verifier::verify_layer(const scheduler::ChunkPlan& plan, std::size_t l, int bucket, const std::vector<int>& tokens,
                             std::uint64_t step) {
-  const memory::PipelineConfig& cfg = ex_.config();
-  const memory::LayerConfig& layer = cfg.layers[l];
+  const model::PipelineConfig& cfg = ex_.config();
+  const model::LayerConfig& layer = cfg.layers[l];
   const int r = layer.compress_ratio;
   const int r_bucket = ex_.buckets().r_of(bucket);
   const int t_bucket = ex_.buckets().t_of(bucket);

@@ -8,13 +8,13 @@
 #include <span>
 #include <vector>
 
-#include "graphs/executor.hpp"
-#include "kernels/reference/kv_cache_reference.hpp"
-#include "kernels/reference/sparse_mla_reference.hpp"
-#include "kernels/synthetic_front/synthetic_front.hpp"
-#include "memory/pipeline_config.hpp"
-#include "scheduler/chunk_plan.hpp"
-#include "scheduler/prefill_scheduler.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/kernels/reference/kv_cache_reference.hpp"
+#include "spgraph/kernels/reference/sparse_mla_reference.hpp"
+#include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
+#include "spgraph/model/pipeline_config.hpp"
+#include "spgraph/scheduler/chunk_plan.hpp"
+#include "spgraph/scheduler/prefill_scheduler.hpp"
 
 namespace spg::samples {
 

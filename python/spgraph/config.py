@@ -1,6 +1,6 @@
 """The configurations an executor, the planner and the scheduler are built from.
 
-Plain dataclasses mirroring the C++ structs (``memory::PipelineConfig``, ``LayerConfig``,
+Plain dataclasses mirroring the C++ structs (``model::PipelineConfig``, ``LayerConfig``,
 ``CacheConfig``, ``scheduler::SchedulerConfig``, ``WorkloadConfig``): their defaults are read from
 the C++ structs when the module loads, so there is one set of defaults, and the extension reads
 them back field by field (any object with the same attributes works). Bounds are checked by

@@ -4,7 +4,7 @@
 and T tokens, handing out paged cache blocks; each chunk is a :class:`ChunkPlan` that
 ``Executor.run`` takes as it is (spans into the plan, nothing converted). With the same pipeline,
 scheduler and workload configs it forms exactly the chunks serve_loop forms, block ids and slot
-mappings included. Rules: scheduler/prefill_scheduler.hpp and docs/pipeline.md.
+mappings included. Rules: src/spgraph/scheduler/prefill_scheduler.hpp and docs/pipeline.md.
 """
 
 from __future__ import annotations

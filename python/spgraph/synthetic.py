@@ -2,9 +2,9 @@
 
 The same kernels serve_loop runs, with the same arguments: :class:`SyntheticFront` writes a
 chunk's new K rows, compressed K rows and top-k indices from a counter-based hash
-(kernels/synthetic_front), :func:`fill_query` the queries once, :func:`sink_values` the sinks, and
+(src/spgraph/kernels/synthetic_front), :func:`fill_query` the queries once, :func:`sink_values` the sinks, and
 :func:`checksum_accumulate` adds an order-sensitive 64-bit sum of a buffer's 32-bit words
-(kernels/checksum). A Python loop using them on serve_loop's trace writes the bytes serve_loop
+(src/spgraph/kernels/checksum). A Python loop using them on serve_loop's trace writes the bytes serve_loop
 writes, so ``prefill_loop.py --checksum`` can equal ``serve_loop --checksum``. For samples,
 tests and benchmarks; not a model.
 """

@@ -6,7 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include "memory/allocation_counter.hpp"
+#include "spgraph/memory/allocation_counter.hpp"
 
 namespace nb = nanobind;
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
 
 namespace spg::python {
 

@@ -11,8 +11,8 @@
 
 #include "array_arg.hpp"
 #include "config.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
 
 namespace spg::python {
 
@@ -147,7 +147,7 @@ nb::object cache_object(const graphs::PagedCache& c, nb::handle owner, int devic
   return view_object(graphs::contiguous_view<std::uint8_t, 2>(c.data, extents), Dtype::uint8, owner, device, fw);
 }
 
-std::vector<std::vector<int>> every_layer(const memory::PipelineConfig& config) {
+std::vector<std::vector<int>> every_layer(const model::PipelineConfig& config) {
   std::vector<int> all(config.layers.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
   return {all};
@@ -155,7 +155,7 @@ std::vector<std::vector<int>> every_layer(const memory::PipelineConfig& config) 
 
 }  // namespace
 
-BoundBuffers bound_buffers(const memory::PipelineConfig& config, nb::handle buffers) {
+BoundBuffers bound_buffers(const model::PipelineConfig& config, nb::handle buffers) {
   BoundBuffers out;
   if (buffers.is_none()) return out;
   if (PyUnicode_Check(buffers.ptr()) || PySequence_Check(buffers.ptr()) == 0 || PyDict_Check(buffers.ptr())) {
@@ -184,7 +184,7 @@ BoundBuffers bound_buffers(const memory::PipelineConfig& config, nb::handle buff
     }
     check_keys(entry, l);
     graphs::LayerBuffers& b = out.layers[l];
-    const memory::LayerConfig& layer = config.layers[l];
+    const model::LayerConfig& layer = config.layers[l];
     for (LayerBuffer which : graphs::kLayerBuffers) {
       const nb::object value = member(entry, which);
       if (value.is_none()) continue;
@@ -264,7 +264,7 @@ void bind_buffers(nb::module_& m) {
   m.def(
       "check_buffers",
       [](nb::handle config, nb::handle buffers, const std::vector<std::vector<int>>& programs, bool insert) {
-        const memory::PipelineConfig c = pipeline_config(config);
+        const model::PipelineConfig c = pipeline_config(config);
         c.validate();
         const BoundBuffers b = bound_buffers(c, buffers);
         graphs::check_binding_shapes(c, b.layers, programs.empty() ? every_layer(c) : programs, insert);
@@ -274,7 +274,7 @@ void bind_buffers(nb::module_& m) {
   m.def(
       "plan_bound",
       [](nb::handle config, nb::handle buffers, bool insert) {
-        const memory::PipelineConfig c = pipeline_config(config);
+        const model::PipelineConfig c = pipeline_config(config);
         const BoundBuffers b = bound_buffers(c, buffers);
         return plan_dict(graphs::plan_pipeline_pool(c, b.layers, insert));
       },

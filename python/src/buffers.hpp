@@ -8,9 +8,9 @@
 
 #include <vector>
 
-#include "graphs/layer_buffers.hpp"
-#include "graphs/pipeline.hpp"
-#include "memory/pipeline_config.hpp"
+#include "spgraph/graphs/layer_buffers.hpp"
+#include "spgraph/graphs/pipeline.hpp"
+#include "spgraph/model/pipeline_config.hpp"
 
 namespace spg::python {
 
@@ -29,7 +29,7 @@ struct BoundBuffers {
 ///        [num_blocks * block_stride] at the smallest stride). Checks here: dtype (TypeError), rank,
 ///        negative strides, devices (ValueError, "buffers[l].name..."); the rest is
 ///        graphs::check_binding_shapes' and the executor's.
-BoundBuffers bound_buffers(const memory::PipelineConfig& config, nanobind::handle buffers);
+BoundBuffers bound_buffers(const model::PipelineConfig& config, nanobind::handle buffers);
 
 /// @brief What the views are returned as: DLPack arrays (nanobind's, any framework takes them
 ///        through from_dlpack) or torch tensors.

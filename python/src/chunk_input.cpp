@@ -260,7 +260,7 @@ int ratio_key(nb::handle key, const char* what) {
 
 }  // namespace
 
-ChunkReader::ChunkReader(const memory::PipelineConfig& config)
+ChunkReader::ChunkReader(const model::PipelineConfig& config)
     : max_requests_(config.max_requests),
       max_model_len_(config.max_model_len),
       window_(config.window()),

@@ -20,9 +20,9 @@
 #include <memory>
 #include <vector>
 
-#include "graphs/chunk_format.hpp"
-#include "memory/pipeline_config.hpp"
-#include "scheduler/chunk_plan.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
+#include "spgraph/model/pipeline_config.hpp"
+#include "spgraph/scheduler/chunk_plan.hpp"
 
 namespace spg::python {
 
@@ -57,7 +57,7 @@ class HeldArrays {
 
 class ChunkReader {
  public:
-  explicit ChunkReader(const memory::PipelineConfig& config);
+  explicit ChunkReader(const model::PipelineConfig& config);
 
   /// The chunk as a ChunkInput over this reader's storage, the plan's vectors or the caller's
   /// int32 arrays (held until the next read() or release()). A chunk of more than max_requests

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "array_arg.hpp"
-#include "graphs/buckets.hpp"
-#include "graphs/layer_buffers.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "memory/pool_plan.hpp"
+#include "spgraph/graphs/buckets.hpp"
+#include "spgraph/graphs/layer_buffers.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+#include "spgraph/memory/pool_plan.hpp"
 
 namespace spg::python {
 
@@ -24,7 +24,7 @@ int int_attr(nb::handle obj, const char* name, const std::string& what) {
   return int_value(required_attr(obj, name, what), what + "." + name, -kInt32Max - 1, kInt32Max);
 }
 
-nb::dict layer_dict(const memory::LayerConfig& l) {
+nb::dict layer_dict(const model::LayerConfig& l) {
   nb::dict d;
   d["h_q"] = l.h_q;
   d["d_qk"] = l.d_qk;
@@ -37,7 +37,7 @@ nb::dict layer_dict(const memory::LayerConfig& l) {
   return d;
 }
 
-nb::dict cache_dict(const memory::CacheConfig& c) {
+nb::dict cache_dict(const model::CacheConfig& c) {
   nb::dict d;
   d["swa_block_size"] = c.swa_block_size;
   d["block_tokens"] = c.block_tokens;
@@ -46,8 +46,8 @@ nb::dict cache_dict(const memory::CacheConfig& c) {
   return d;
 }
 
-memory::LayerConfig layer_config(nb::handle obj, const std::string& what) {
-  memory::LayerConfig l;
+model::LayerConfig layer_config(nb::handle obj, const std::string& what) {
+  model::LayerConfig l;
   l.h_q = int_attr(obj, "h_q", what);
   l.d_qk = int_attr(obj, "d_qk", what);
   l.d_v = int_attr(obj, "d_v", what);
@@ -86,7 +86,7 @@ const char* kind_name(memory::MemoryKind k) { return k == memory::MemoryKind::de
 /// plan(config, bound, insert): `bound` is True/False (every buffer of every layer the engine's,
 /// or none) or a collection of buffer names bound in every layer ("swa_cache", ...).
 nb::dict plan_pool(nb::handle config, nb::handle bound, bool insert) {
-  const memory::PipelineConfig c = pipeline_config(config);
+  const model::PipelineConfig c = pipeline_config(config);
   std::vector<bool> names(std::size(graphs::kLayerBuffers), false);
   if (PyBool_Check(bound.ptr())) {
     names.assign(names.size(), bound.ptr() == Py_True);
@@ -150,8 +150,8 @@ nb::dict plan_dict(const memory::PoolPlan& plan) {
   return d;
 }
 
-memory::PipelineConfig pipeline_config(nb::handle obj) {
-  memory::PipelineConfig c;
+model::PipelineConfig pipeline_config(nb::handle obj) {
+  model::PipelineConfig c;
   const std::string what = "config";
   c.max_requests = int_attr(obj, "max_requests", what);
   c.max_tokens = int_attr(obj, "max_tokens", what);
@@ -175,13 +175,13 @@ memory::PipelineConfig pipeline_config(nb::handle obj) {
   return c;
 }
 
-nb::dict config_dict(const memory::PipelineConfig& c) {
+nb::dict config_dict(const model::PipelineConfig& c) {
   nb::dict d;
   d["max_requests"] = c.max_requests;
   d["max_tokens"] = c.max_tokens;
   d["max_model_len"] = c.max_model_len;
   nb::list layers;
-  for (const memory::LayerConfig& l : c.layers) layers.append(layer_dict(l));
+  for (const model::LayerConfig& l : c.layers) layers.append(layer_dict(l));
   d["layers"] = layers;
   d["cache"] = cache_dict(c.cache);
   return d;
@@ -224,9 +224,9 @@ void bind_config(nb::module_& m) {
       "config_defaults",
       [] {
         nb::dict d;
-        d["layer"] = layer_dict(memory::LayerConfig{});
-        d["cache"] = cache_dict(memory::CacheConfig{});
-        const memory::PipelineConfig p{};
+        d["layer"] = layer_dict(model::LayerConfig{});
+        d["cache"] = cache_dict(model::CacheConfig{});
+        const model::PipelineConfig p{};
         nb::dict pipeline;
         pipeline["max_requests"] = p.max_requests;
         pipeline["max_tokens"] = p.max_tokens;
@@ -238,12 +238,12 @@ void bind_config(nb::module_& m) {
       },
       "The C++ defaults of every config field: {'layer', 'cache', 'pipeline', 'scheduler', 'workload'}.");
   m.def(
-      "v4_default_config", [] { return config_dict(memory::PipelineConfig::v4_default()); },
+      "v4_default_config", [] { return config_dict(model::PipelineConfig::v4_default()); },
       "PipelineConfig::v4_default() as the keyword arguments of spgraph.PipelineConfig.");
   m.def(
       "single_layer_config",
       [](nb::handle layer, int max_requests, int max_tokens, int max_model_len) {
-        return config_dict(memory::PipelineConfig::single_layer(layer_config(layer, "layer"), max_requests, max_tokens,
+        return config_dict(model::PipelineConfig::single_layer(layer_config(layer, "layer"), max_requests, max_tokens,
                                                                 max_model_len));
       },
       "layer"_a, "max_requests"_a, "max_tokens"_a, "max_model_len"_a,
@@ -254,7 +254,7 @@ void bind_config(nb::module_& m) {
   m.def(
       "config_derived",
       [](nb::handle config) {
-        const memory::PipelineConfig c = pipeline_config(config);
+        const model::PipelineConfig c = pipeline_config(config);
         nb::dict d;
         d["window"] = c.window();
         d["swa_blocks_per_request"] = c.swa_blocks_per_request();
@@ -262,7 +262,7 @@ void bind_config(nb::module_& m) {
         nb::list rows;
         nb::list widths;
         nb::list labels;
-        for (const memory::LayerConfig& l : c.layers) {
+        for (const model::LayerConfig& l : c.layers) {
           rows.append(c.max_kv_rows(l));
           widths.append(l.combined_width());
           labels.append(l.label());
@@ -278,7 +278,7 @@ void bind_config(nb::module_& m) {
   m.def(
       "bucket_set",
       [](nb::handle config, const std::vector<int>& r_buckets, const std::vector<int>& t_buckets) {
-        const memory::PipelineConfig c = pipeline_config(config);
+        const model::PipelineConfig c = pipeline_config(config);
         c.validate();
         const graphs::BucketSet d = graphs::BucketSet::make_default(c.max_requests, c.max_tokens);
         if (r_buckets.empty() && t_buckets.empty()) return bucket_dict(d);

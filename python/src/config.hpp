@@ -9,19 +9,19 @@
 
 #include <string>
 
-#include "memory/pipeline_config.hpp"
-#include "memory/pool_plan.hpp"
-#include "scheduler/prefill_scheduler.hpp"
-#include "scheduler/workload.hpp"
+#include "spgraph/memory/pool_plan.hpp"
+#include "spgraph/model/pipeline_config.hpp"
+#include "spgraph/scheduler/prefill_scheduler.hpp"
+#include "spgraph/scheduler/workload.hpp"
 
 namespace spg::python {
 
 /// @brief The C++ config of a spgraph.PipelineConfig (or any object with its attributes).
 /// @throws nb::type_error for a missing attribute or a value of the wrong type, nb::value_error
 ///         for an int outside int32; not validated (PipelineConfig::validate does that).
-memory::PipelineConfig pipeline_config(nanobind::handle config);
+model::PipelineConfig pipeline_config(nanobind::handle config);
 /// @brief The keyword arguments of spgraph.PipelineConfig for a C++ config (layers and cache as dicts).
-nanobind::dict config_dict(const memory::PipelineConfig& config);
+nanobind::dict config_dict(const model::PipelineConfig& config);
 
 /// @brief A pool plan as {'slots': [{name, kind, shape, bytes, offset, alignment}], 'device_bytes',
 ///        'pinned_bytes', 'table'} (the table is PoolPlan::table(), as serve_loop --plan prints it).

@@ -15,9 +15,9 @@
 #include "buffers.hpp"
 #include "chunk_input.hpp"
 #include "config.hpp"
-#include "graphs/executor.hpp"
-#include "kernels/step_status.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/kernels/step_status.hpp"
 
 namespace spg::python {
 
@@ -267,16 +267,16 @@ class Executor {
   }
 
   [[nodiscard]] const graphs::Executor& ex() const { return *ex_; }
-  [[nodiscard]] const memory::PipelineConfig& config() const { return config_; }
+  [[nodiscard]] const model::PipelineConfig& config() const { return config_; }
   [[nodiscard]] int device() const { return device_; }
 
  private:
-  static const memory::PipelineConfig& valid(const memory::PipelineConfig& c) {
+  static const model::PipelineConfig& valid(const model::PipelineConfig& c) {
     c.validate();  // before the reader sizes its storage from it
     return c;
   }
 
-  memory::PipelineConfig config_;
+  model::PipelineConfig config_;
   ChunkReader reader_;
   BoundBuffers bound_;  // declared before ex_: the executor is destroyed (and synchronized) first
   int device_{0};
@@ -285,11 +285,11 @@ class Executor {
 };
 
 nb::dict check_chunk(nb::handle config, nb::handle chunk, nb::handle layers, bool insert) {
-  memory::PipelineConfig c = pipeline_config(config);
+  model::PipelineConfig c = pipeline_config(config);
   c.validate();
   int mask = 0;
   if (layers.is_none()) {
-    for (const memory::LayerConfig& l : c.layers) mask |= 1 << graphs::ratio_index(l.compress_ratio);
+    for (const model::LayerConfig& l : c.layers) mask |= 1 << graphs::ratio_index(l.compress_ratio);
   } else {
     for (int l : int_list(layers, "layers")) {
       if (l < 0 || l >= static_cast<int>(c.layers.size())) {

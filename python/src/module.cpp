@@ -6,7 +6,7 @@
 #include "buffers.hpp"
 #include "config.hpp"
 #include "executor.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
 #include "ops.hpp"
 #include "scheduler.hpp"
 #include "synthetic.hpp"

@@ -13,11 +13,11 @@
 #include <string>
 
 #include "array_arg.hpp"
-#include "kernels/combine_indices/combine_indices.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "kernels/sparse_mla/sparse_mla.hpp"
-#include "kernels/step_status.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/kernels/combine_indices/combine_indices.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
+#include "spgraph/kernels/step_status.hpp"
 
 namespace spg::python {
 

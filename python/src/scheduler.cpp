@@ -13,8 +13,8 @@
 #include "array_arg.hpp"
 #include "chunk_input.hpp"
 #include "config.hpp"
-#include "scheduler/prefill_scheduler.hpp"
-#include "scheduler/workload.hpp"
+#include "spgraph/scheduler/prefill_scheduler.hpp"
+#include "spgraph/scheduler/workload.hpp"
 
 namespace spg::python {
 

@@ -14,11 +14,11 @@
 
 #include "array_arg.hpp"
 #include "chunk_input.hpp"
-#include "graphs/chunk_format.hpp"
-#include "kernels/checksum/checksum.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "kernels/synthetic_front/synthetic_front.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
+#include "spgraph/kernels/checksum/checksum.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
 
 namespace spg::python {
 

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/sparse_mla/sparse_mla.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 
 namespace spg::bench {
 
@@ -196,9 +196,9 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     const std::size_t q_elems = static_cast<std::size_t>(row.s_q) * row.h_q * row.d_qk;
     const std::size_t kv_elems = static_cast<std::size_t>(row.s_kv) * row.d_qk;
     const std::size_t idx_elems = static_cast<std::size_t>(row.s_q) * row.topk;
-    memory::DeviceBuffer q(q_elems * 2), kv(kv_elems * 2), out(static_cast<std::size_t>(row.s_q) * row.h_q * 512 * 2);
-    memory::DeviceBuffer indices(idx_elems * 4), lengths(static_cast<std::size_t>(row.s_q) * 4), sink(row.h_q * 4ull);
-    memory::DeviceBuffer max_logits(static_cast<std::size_t>(row.s_q) * row.h_q * 4), lse(max_logits.size());
+    core::DeviceBuffer q(q_elems * 2), kv(kv_elems * 2), out(static_cast<std::size_t>(row.s_q) * row.h_q * 512 * 2);
+    core::DeviceBuffer indices(idx_elems * 4), lengths(static_cast<std::size_t>(row.s_q) * 4), sink(row.h_q * 4ull);
+    core::DeviceBuffer max_logits(static_cast<std::size_t>(row.s_q) * row.h_q * 4), lse(max_logits.size());
     fill_bf16(q.data(), q_elems, block);
     fill_bf16(kv.data(), kv_elems, block);
 
@@ -257,7 +257,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       const NamedPath* path;
       kernels::SparseMlaPlan plan;
       kernels::SparseMlaArgs args;
-      memory::DeviceBuffer workspace;
+      core::DeviceBuffer workspace;
       std::vector<double> us;  ///< one median per round
     };
     std::vector<Timed> timed;
@@ -269,7 +269,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
         return t.plan.kernel == plan.kernel && t.plan.num_splits == plan.num_splits && t.plan.split == plan.split;
       });
       if (duplicate && !listed.empty()) continue;
-      timed.push_back({np, plan, a, memory::DeviceBuffer(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(a), 256)), {}});
+      timed.push_back({np, plan, a, core::DeviceBuffer(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(a), 256)), {}});
     }
     const TimingOptions timing_opt{small ? 10 : 3, small ? 50 : 20, warmup_ms, min_timed_ms};
     auto time_one = [&](Timed& t) {

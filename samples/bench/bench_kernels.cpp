@@ -16,21 +16,21 @@
 #include <string>
 #include <vector>
 
-#include "kernels/chunk.hpp"
-#include "kernels/combine_indices/combine_indices.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "kernels/reference/combine_indices_reference.hpp"
-#include "kernels/reference/kv_cache_reference.hpp"
-#include "kernels/step_status.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/chunk.hpp"
+#include "spgraph/kernels/combine_indices/combine_indices.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/reference/combine_indices_reference.hpp"
+#include "spgraph/kernels/reference/kv_cache_reference.hpp"
+#include "spgraph/kernels/step_status.hpp"
 #include "samples/bench/probes.hpp"
 
 namespace spg::bench {
 
 namespace {
 
-using memory::DeviceBuffer;
+using core::DeviceBuffer;
 using namespace spg::kernels;
 
 // The "large" workload of table B and its layer: 4 requests x 2048 new tokens, prefix 32768, C4A.

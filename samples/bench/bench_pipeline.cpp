@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "graphs/chunk_format.hpp"
-#include "graphs/executor.hpp"
-#include "graphs/pipeline.hpp"
-#include "kernels/synthetic_front/synthetic_front.hpp"
-#include "memory/allocation_counter.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/pipeline.hpp"
+#include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
+#include "spgraph/memory/allocation_counter.hpp"
 #include "samples/engine_buffers.hpp"
 #include "samples/serve_loop_verify.hpp"
 
@@ -44,17 +44,17 @@ constexpr Workload kWorkloads[] = {
 /// steps do not read caches the previous step left in L2 (a serving loop's next chunk would not).
 constexpr int kRotations = 4;
 
-memory::PipelineConfig config_for(const Workload& w) {
+model::PipelineConfig config_for(const Workload& w) {
   const int T = w.requests * w.new_tokens;
   const int len = (w.prefix + w.new_tokens + 255) / 256 * 256;
-  memory::PipelineConfig c;
+  model::PipelineConfig c;
   if (w.model) {
-    c = memory::PipelineConfig::v4_default();
+    c = model::PipelineConfig::v4_default();
     c.max_requests = w.requests;
     c.max_tokens = T;
     c.max_model_len = len;
   } else {
-    c = memory::PipelineConfig::single_layer(memory::LayerConfig{128, 512, 512, 128, 4, w.top_k, 0.0F, true},
+    c = model::PipelineConfig::single_layer(model::LayerConfig{128, 512, 512, 128, 4, w.top_k, 0.0F, true},
                                              w.requests, T, len);
   }
   c.cache.swa_blocks = kRotations * w.requests * c.swa_blocks_per_request();
@@ -75,7 +75,7 @@ struct BenchChunk {
   graphs::ChunkInput derived;  // the same with the slots left to the device
 };
 
-void make_chunk(const memory::PipelineConfig& c, const Workload& w, int rotation, BenchChunk& out) {
+void make_chunk(const model::PipelineConfig& c, const Workload& w, int rotation, BenchChunk& out) {
   const int per_swa = c.swa_blocks_per_request();
   const int per_comp = c.compressed_blocks_per_request();
   out.swa.resize(static_cast<std::size_t>(w.requests));
@@ -156,7 +156,7 @@ struct PreparedWorkload {
 };
 
 std::unique_ptr<PreparedWorkload> prepare(const Workload& w) {
-  const memory::PipelineConfig config = config_for(w);
+  const model::PipelineConfig config = config_for(w);
   graphs::ExecutorOptions opt;
   opt.r_buckets = {w.requests};
   opt.t_buckets = {w.requests * w.new_tokens};
@@ -327,13 +327,13 @@ void dump_small_workload(const std::string& dir) {
   const Workload& w = kWorkloads[1];
   const auto prepared = prepare(w);
   graphs::Executor& ex = *prepared->executor;
-  const memory::PipelineConfig& config = ex.config();
+  const model::PipelineConfig& config = ex.config();
   const BenchChunk& chunk = prepared->chunks[0];
   const graphs::RunResult r = ex.run(chunk.input);
   SPG_EXPECTS_AS(StateError, r.ok(), "--dump: step failed: " << graphs::run_status_name(r.status));
   ex.synchronize();
 
-  const memory::LayerConfig& l = config.layers[0];
+  const model::LayerConfig& l = config.layers[0];
   const graphs::ChunkMetaLayout meta = graphs::ChunkMetaLayout::make(config);
   const int R = w.requests;
   const int T = R * w.new_tokens;
@@ -390,7 +390,7 @@ void dump_small_workload(const std::string& dir) {
 }
 
 void run_executor_benchmarks(Reporter& rep) {
-  const memory::PipelineConfig config = memory::PipelineConfig::v4_default();
+  const model::PipelineConfig config = model::PipelineConfig::v4_default();
   graphs::Executor ex(config);
   const graphs::WarmupReport w = ex.warmup();
   auto add = [&](const char* metric, double v) { rep.add({"executor", "warmup/v4-default", "spgraph", metric, v}); };

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "graphs/executor.hpp"
-#include "graphs/step.hpp"
-#include "kernels/synthetic_front/synthetic_front.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/step.hpp"
+#include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
 #include "samples/serve_loop_verify.hpp"
 
 namespace spg::bench {
@@ -25,16 +25,16 @@ constexpr int kPrefix = 2048;
 constexpr int kMaxChunks = 16;
 constexpr int kReps = 200;
 
-memory::PipelineConfig step_config(bool model) {
+model::PipelineConfig step_config(bool model) {
   const int len = (kPrefix + kQuery + 255) / 256 * 256;
-  memory::PipelineConfig c;
+  model::PipelineConfig c;
   if (model) {
-    c = memory::PipelineConfig::v4_default();
+    c = model::PipelineConfig::v4_default();
     c.max_requests = kR;
     c.max_tokens = kT;
     c.max_model_len = len;
   } else {
-    c = memory::PipelineConfig::single_layer(memory::LayerConfig{128, 512, 512, 128, 4, 1024, 0.0F, true}, kR, kT, len);
+    c = model::PipelineConfig::single_layer(model::LayerConfig{128, 512, 512, 128, 4, 1024, 0.0F, true}, kR, kT, len);
   }
   c.cache.swa_blocks = kMaxChunks * kR * c.swa_blocks_per_request();
   c.cache.compressed_blocks = kMaxChunks * kR * c.compressed_blocks_per_request();
@@ -47,7 +47,7 @@ struct BenchStep {
   std::vector<graphs::RequestInput> requests;
 };
 
-void make_step(const memory::PipelineConfig& c, int chunks, BenchStep& out) {
+void make_step(const model::PipelineConfig& c, int chunks, BenchStep& out) {
   const int n = chunks * kR;
   const int per_swa = c.swa_blocks_per_request();
   const int per_comp = c.compressed_blocks_per_request();
@@ -101,7 +101,7 @@ void require(const graphs::RunResult& r) {
 
 /// GPU microseconds of `launch` on the executor's stream (events around it, waited for).
 template <class Launch>
-double gpu_us(graphs::Executor& ex, memory::Event& a, memory::Event& b, Launch&& launch) {
+double gpu_us(graphs::Executor& ex, core::Event& a, core::Event& b, Launch&& launch) {
   a.record(ex.stream());
   launch();
   b.record(ex.stream());
@@ -113,7 +113,7 @@ double gpu_us(graphs::Executor& ex, memory::Event& a, memory::Event& b, Launch&&
 
 void run_step_benchmarks(Reporter& rep) {
   for (const bool model : {false, true}) {
-    const memory::PipelineConfig config = step_config(model);
+    const model::PipelineConfig config = step_config(model);
     graphs::ExecutorOptions opt;
     opt.time_host_phases = true;
     opt.max_step_requests = kMaxChunks * kR;
@@ -125,8 +125,8 @@ void run_step_benchmarks(Reporter& rep) {
     std::printf("  steps, %s program: %d step graphs of %d bucket bodies, capture %.0f ms (all graphs)\n",
                 program.c_str(), w.step_graphs, w.buckets, w.capture_ms);
     graphs::StepSplitter splitter(config, ex.step_layout());
-    memory::Event a;
-    memory::Event b;
+    core::Event a;
+    core::Event b;
     for (const int chunks : {1, 4, 16}) {
       BenchStep step;
       make_step(config, chunks, step);

@@ -9,9 +9,9 @@
 #include <ctime>
 #include <string>
 
-#include "kernels/synthetic_front/synthetic_front.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
 #include "samples/bench/bench_attention.hpp"
 #include "samples/bench/bench_kernels.hpp"
 #include "samples/bench/bench_pipeline.hpp"
@@ -25,8 +25,8 @@ using namespace spg;
 
 void measure_ceilings(bench::Reporter& rep, cudaStream_t stream) {
   const std::size_t bytes = std::size_t{2} << 30;
-  memory::DeviceBuffer a(bytes);
-  memory::DeviceBuffer b(bytes);
+  core::DeviceBuffer a(bytes);
+  core::DeviceBuffer b(bytes);
   SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(static_cast<__nv_bfloat16*>(a.data()), bytes / 2, 1, 0, stream));
   const double copy_us = bench::median_gpu_us(
       stream, [&] { SPG_CUDA_TRY(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream)); },
@@ -35,9 +35,9 @@ void measure_ceilings(bench::Reporter& rep, cudaStream_t stream) {
 
   const int n = 8192;
   const std::size_t elems = std::size_t{1} * n * n;
-  memory::DeviceBuffer x(elems * 2);
-  memory::DeviceBuffer y(elems * 2);
-  memory::DeviceBuffer z(elems * 2);
+  core::DeviceBuffer x(elems * 2);
+  core::DeviceBuffer y(elems * 2);
+  core::DeviceBuffer z(elems * 2);
   SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(static_cast<__nv_bfloat16*>(x.data()), elems, 2, 0, stream));
   SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(static_cast<__nv_bfloat16*>(y.data()), elems, 3, 0, stream));
   cublasHandle_t handle = nullptr;
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!memory::cuda_device_available()) {
+  if (!core::cuda_device_available()) {
     std::printf("bench: no CUDA device found; nothing to measure.\n");
     return 0;
   }
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       if (tables == "-") return 0;
     }
     bench::Reporter rep;
-    memory::Stream stream;
+    core::Stream stream;
     measure_ceilings(rep, stream.get());
     if (tables.find('A') != std::string::npos) {
       bench::AttentionOptions attention;

@@ -11,11 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "graphs/graph.hpp"
-#include "kernels/device_info.hpp"
-#include "memory/allocation_counter.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/device_info.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/graphs/graph.hpp"
+#include "spgraph/memory/allocation_counter.hpp"
 
 namespace spg::bench {
 
@@ -113,7 +113,7 @@ double median_launch_us(const graphs::GraphExec& exec, cudaStream_t stream) {
 /// one-kernel graph that tail-launches a device graph of K kernels, and a graph of [selector
 /// kernel -> switch node over `bodies` bodies of K kernels each] (CUDA 12.8+ conditional nodes).
 void run_indirect_launch_probe(Reporter& rep, cudaStream_t stream) {
-  memory::DeviceBuffer value(4);
+  core::DeviceBuffer value(4);
   SPG_CUDA_TRY(cudaMemsetAsync(value.data(), 0, 4, stream));
   for (int kernels : {1, 40, 320}) {
     const graphs::GraphExec device_graph = graphs::GraphExec::instantiate(
@@ -250,7 +250,7 @@ void run_cupti_probe(Reporter& rep, cudaStream_t stream) {
     std::printf("  launch-probe 40 kernels, %-16s cudaGraphLaunch %.2f us\n", state, us);
   }
   counter->reset();
-  { memory::DeviceBuffer probe(256); }
+  { core::DeviceBuffer probe(256); }
   std::printf("  launch-probe: allocation calls counted after re-attaching: %llu (expect >= 2)\n",
               static_cast<unsigned long long>(counter->count()));
   rep.add({"executor", "launch-probe/reattached-counts", "graph", "alloc_calls", static_cast<double>(counter->count())});
@@ -301,8 +301,8 @@ const char* lead_name(Lead l) {
 }  // namespace
 
 cudaError_t launch_copy_kernel(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) noexcept {
-  kernels::DeviceInfo info;
-  const cudaError_t e = kernels::current_device_info(info);
+  core::DeviceInfo info;
+  const cudaError_t e = core::current_device_info(info);
   if (e != cudaSuccess) return e;
   copy_kernel<<<static_cast<unsigned>(info.sms * 4), 512, 0, stream>>>(static_cast<uint4*>(dst),
                                                                    static_cast<const uint4*>(src), bytes / 16);
@@ -310,8 +310,8 @@ cudaError_t launch_copy_kernel(void* dst, const void* src, std::size_t bytes, cu
 }
 
 cudaError_t launch_stream_rows_kernel(void* dst, const void* src, int rows, cudaStream_t stream) noexcept {
-  kernels::DeviceInfo info;
-  const cudaError_t e = kernels::current_device_info(info);
+  core::DeviceInfo info;
+  const cudaError_t e = core::current_device_info(info);
   if (e != cudaSuccess) return e;
   stream_rows_kernel<<<static_cast<unsigned>(info.sms * 4), 256, 0, stream>>>(static_cast<uint4*>(dst),
                                                                          static_cast<const uint4*>(src), rows);
@@ -320,10 +320,10 @@ cudaError_t launch_stream_rows_kernel(void* dst, const void* src, int rows, cuda
 
 void run_launch_probe(Reporter& rep) {
   constexpr int kWords = 9 * 1024;  // 36 KiB, about the default program's staging block
-  memory::Stream stream;
-  memory::PinnedBuffer staging(kWords * 4);
-  memory::DeviceBuffer meta(kWords * 4);
-  memory::Event done;
+  core::Stream stream;
+  core::PinnedBuffer staging(kWords * 4);
+  core::DeviceBuffer meta(kWords * 4);
+  core::Event done;
   for (int w = 0; w < kWords; ++w) static_cast<std::int32_t*>(staging.data())[w] = w;
   for (Lead lead : {Lead::none, Lead::copy_node, Lead::pull_kernel}) {
     for (int kernels : {1, 8, 40}) {

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <limits>
 
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
 
 namespace spg::bench {
 
@@ -69,8 +69,8 @@ double median_gpu_us(cudaStream_t stream, const std::function<void()>& launch, T
     if (call % 16 == 15) SPG_CUDA_TRY(cudaStreamSynchronize(stream));  // keep the queue short
   }
   SPG_CUDA_TRY(cudaStreamSynchronize(stream));
-  memory::Event start;
-  memory::Event stop;
+  core::Event start;
+  core::Event stop;
   std::vector<double> us;
   us.reserve(static_cast<std::size_t>(opt.reps));
   const auto timed_start = Clock::now();

@@ -10,12 +10,12 @@
 #include <cstdio>
 
 #ifdef SPG_GPU_TESTS
-#include "memory/resources.hpp"
+#include "spgraph/core/resources.hpp"
 #endif
 
 int main(int argc, char* argv[]) {
 #ifdef SPG_GPU_TESTS
-  if (!spg::memory::cuda_device_available()) {
+  if (!spg::core::cuda_device_available()) {
     std::printf("spgraph GPU tests: no CUDA device found; skipping (exit code 77)\n");
     return 77;
   }

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/sparse_mla/sparse_mla.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 
 namespace spg::test::mla {
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "kernels/reference/accuracy.hpp"
-#include "kernels/reference/kv_cache_reference.hpp"
+#include "spgraph/kernels/reference/accuracy.hpp"
+#include "spgraph/kernels/reference/kv_cache_reference.hpp"
 
 namespace ref = spg::kernels::reference;
 

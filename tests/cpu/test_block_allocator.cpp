@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "memory/error.hpp"
-#include "scheduler/block_allocator.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/scheduler/block_allocator.hpp"
 
 using spg::scheduler::BlockAllocator;
 

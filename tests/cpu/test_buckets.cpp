@@ -2,8 +2,8 @@
 #include <string>
 
 #include "common/catch.hpp"
-#include "graphs/buckets.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/buckets.hpp"
 
 using spg::graphs::BucketSet;
 

@@ -10,7 +10,7 @@
 
 #include "common/catch.hpp"
 #include "common/small_configs.hpp"
-#include "graphs/chunk_format.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
 
 using namespace spg;
 using graphs::ChunkCheck;
@@ -324,7 +324,7 @@ TEST_CASE("no cache block may hold new rows of two requests", "[chunk]") {
 // at 64K context), with and without slot lists: check() then write(), as run() does. Hidden (not
 // run by CTest); run it with: spgraph_cpu_tests "[.chunk-cost]" on an idle machine.
 TEST_CASE("encoder host cost per chunk at T = 2048", "[.chunk-cost]") {
-  const memory::PipelineConfig cfg = memory::PipelineConfig::v4_default();
+  const model::PipelineConfig cfg = model::PipelineConfig::v4_default();
   ChunkEncoder enc(cfg, true);
   const int bs = cfg.cache.swa_block_size;
   const int swa_width = cfg.swa_blocks_per_request();

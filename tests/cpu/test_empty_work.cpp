@@ -11,10 +11,10 @@
 
 #include "common/catch.hpp"
 #include "common/sparse_mla_shape_args.hpp"
-#include "kernels/combine_indices/combine_indices.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "kernels/sparse_mla/sparse_mla.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/kernels/combine_indices/combine_indices.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 
 namespace {
 

@@ -9,9 +9,9 @@
 
 #include "common/catch.hpp"
 #include "common/small_configs.hpp"
-#include "graphs/executor.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
 
 using namespace spg;
 
@@ -24,7 +24,7 @@ struct Outcome {
   double seconds{0};
 };
 
-Outcome construct(const memory::PipelineConfig& c, const graphs::ExecutorOptions& o = {}) {
+Outcome construct(const model::PipelineConfig& c, const graphs::ExecutorOptions& o = {}) {
   const auto t0 = std::chrono::steady_clock::now();
   Outcome out;
   try {
@@ -41,7 +41,7 @@ Outcome construct(const memory::PipelineConfig& c, const graphs::ExecutorOptions
   return out;
 }
 
-std::string planned(const memory::PipelineConfig& c, const graphs::ExecutorOptions& o = {}) {
+std::string planned(const model::PipelineConfig& c, const graphs::ExecutorOptions& o = {}) {
   try {
     (void)graphs::plan_executor(c, o);
   } catch (const InvalidArgument& e) {
@@ -50,7 +50,7 @@ std::string planned(const memory::PipelineConfig& c, const graphs::ExecutorOptio
   return "accepted";
 }
 
-void expect_refused(const memory::PipelineConfig& c, const graphs::ExecutorOptions& o, const std::string& part) {
+void expect_refused(const model::PipelineConfig& c, const graphs::ExecutorOptions& o, const std::string& part) {
   const Outcome out = construct(c, o);
   INFO(out.message);
   CHECK(out.message.find(part) != std::string::npos);

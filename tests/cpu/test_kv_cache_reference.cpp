@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "kernels/reference/combine_indices_reference.hpp"
-#include "kernels/reference/kv_cache_reference.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/reference/combine_indices_reference.hpp"
+#include "spgraph/kernels/reference/kv_cache_reference.hpp"
 
 using namespace spg::kernels;
 using namespace spg::kernels::reference;

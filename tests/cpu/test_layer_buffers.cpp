@@ -8,10 +8,10 @@
 
 #include "common/catch.hpp"
 #include "common/small_configs.hpp"
-#include "graphs/executor.hpp"
-#include "graphs/layer_buffers.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/layer_buffers.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
 
 using namespace spg;
 using graphs::LayerBuffers;
@@ -30,7 +30,7 @@ struct AddressSpace {
 };
 
 /// Every buffer of every layer bound, contiguous, at the config's sizes.
-std::vector<LayerBuffers> full_binding(const memory::PipelineConfig& c, AddressSpace& as) {
+std::vector<LayerBuffers> full_binding(const model::PipelineConfig& c, AddressSpace& as) {
   std::vector<LayerBuffers> out;
   const auto T = static_cast<std::size_t>(c.max_tokens);
   for (const auto& l : c.layers) {
@@ -57,7 +57,7 @@ std::vector<LayerBuffers> full_binding(const memory::PipelineConfig& c, AddressS
   return out;
 }
 
-std::string refusal(const memory::PipelineConfig& c, const std::vector<LayerBuffers>& b,
+std::string refusal(const model::PipelineConfig& c, const std::vector<LayerBuffers>& b,
                     std::vector<std::vector<int>> programs = {{0, 1}}, bool insert = true) {
   try {
     graphs::check_binding_shapes(c, b, programs, insert);
@@ -241,7 +241,7 @@ TEST_CASE("Executor::check_options makes the constructor's host-only checks, in 
   graphs::ExecutorOptions o;
   o.buffers = full_binding(c, as);
   CHECK_NOTHROW(graphs::Executor::check_options(c, o));
-  auto message = [&](const memory::PipelineConfig& config, const graphs::ExecutorOptions& options) -> std::string {
+  auto message = [&](const model::PipelineConfig& config, const graphs::ExecutorOptions& options) -> std::string {
     try {
       graphs::Executor::check_options(config, options);
     } catch (const InvalidArgument& e) {

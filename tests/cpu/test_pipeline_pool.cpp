@@ -2,13 +2,14 @@
 #include <string>
 
 #include "common/catch.hpp"
-#include "memory/error.hpp"
-#include "memory/pipeline_config.hpp"
-#include "graphs/chunk_format.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/model/pipeline_config.hpp"
 
 using namespace spg::memory;
+using namespace spg::model;
 using namespace spg::graphs;
 using spg::kernels::CacheLayout;
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "kernels/reference/pipeline_reference.hpp"
+#include "spgraph/kernels/reference/pipeline_reference.hpp"
 
 namespace ref = spg::kernels::reference;
 using spg::kernels::CacheLayout;
@@ -44,7 +44,7 @@ std::vector<double> row_of(const Cache& c, std::int64_t slot) {
 TEST_CASE("the whole-step reference equals the formulas applied directly", "[pipeline_reference]") {
   std::mt19937_64 rng(17);
   for (int r : {4, 1, 128}) {
-    spg::memory::LayerConfig layer{64, 512, 512, 128, r, r == 1 ? 0 : (r == 4 ? 512 : 64), 0.0F, true};
+    spg::model::LayerConfig layer{64, 512, 512, 128, r, r == 1 ? 0 : (r == 4 ? 512 : 64), 0.0F, true};
     const int R = 3;
     const int swa_bs = 64;
     const int rows_per_block = 256 / r;

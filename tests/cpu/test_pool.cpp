@@ -4,9 +4,9 @@
 #include <string>
 
 #include "common/catch.hpp"
-#include "memory/buffer_pool.hpp"
-#include "memory/error.hpp"
-#include "memory/pool_plan.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/memory/buffer_pool.hpp"
+#include "spgraph/memory/pool_plan.hpp"
 
 using spg::memory::BufferPool;
 using spg::memory::MemoryKind;

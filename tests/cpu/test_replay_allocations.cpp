@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "graphs/chunk_format.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
 
 namespace {
 std::atomic<bool> g_counting{false};
@@ -60,7 +60,7 @@ using graphs::ChunkInput;
 using graphs::RequestInput;
 
 TEST_CASE("the encoder's check and write allocate nothing", "[chunk][allocation]") {
-  memory::PipelineConfig cfg = memory::PipelineConfig::v4_default();
+  model::PipelineConfig cfg = model::PipelineConfig::v4_default();
   graphs::ChunkEncoder enc(cfg, true);
   const int bs = cfg.cache.swa_block_size;
   std::vector<std::vector<std::int32_t>> swa(4), comp(4);

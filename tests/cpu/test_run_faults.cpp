@@ -1,7 +1,7 @@
 // The run's fault totals (kernels::RunFaults): how a step's counters fold in, as the stage-in
 // kernel folds them on the device and Executor::read_run_faults adds the last step's.
 #include "common/catch.hpp"
-#include "kernels/step_status.hpp"
+#include "spgraph/kernels/step_status.hpp"
 
 using spg::kernels::Fault;
 using spg::kernels::RunFaults;

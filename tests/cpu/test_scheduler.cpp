@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "memory/error.hpp"
-#include "memory/pipeline_config.hpp"
-#include "scheduler/chunk_plan.hpp"
-#include "scheduler/prefill_scheduler.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/model/pipeline_config.hpp"
+#include "spgraph/scheduler/chunk_plan.hpp"
+#include "spgraph/scheduler/prefill_scheduler.hpp"
 
-using spg::memory::LayerConfig;
-using spg::memory::PipelineConfig;
+using spg::model::LayerConfig;
+using spg::model::PipelineConfig;
 using spg::scheduler::ChunkPlan;
 using spg::scheduler::PrefillScheduler;
 using spg::scheduler::Request;

@@ -6,8 +6,8 @@
 
 #include "common/catch.hpp"
 #include "common/sparse_mla_shape_args.hpp"
-#include "kernels/sparse_mla/sparse_mla.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 
 namespace {
 

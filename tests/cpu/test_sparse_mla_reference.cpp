@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "kernels/reference/sparse_mla_reference.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/kernels/reference/sparse_mla_reference.hpp"
 
 namespace {
 

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "common/catch.hpp"
-#include "kernels/combine_indices/combine_indices.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/kernels/combine_indices/combine_indices.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Steps on the host: the split rule shared by the scheduler and run(StepInput), the step options'
-// validation, the step staging layout and its pool slots (graphs/step.hpp, docs/graphs.md "Steps").
+// validation, the step staging layout and its pool slots (src/spgraph/graphs/step.hpp, docs/graphs.md "Steps").
 #include <algorithm>
 #include <random>
 #include <string>
@@ -7,12 +7,12 @@
 
 #include "common/catch.hpp"
 #include "common/small_configs.hpp"
-#include "graphs/executor.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "graphs/step.hpp"
-#include "kernels/step_loop/step_loop.hpp"
-#include "memory/error.hpp"
-#include "scheduler/prefill_scheduler.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+#include "spgraph/graphs/step.hpp"
+#include "spgraph/kernels/step_loop/step_loop.hpp"
+#include "spgraph/scheduler/prefill_scheduler.hpp"
 
 using namespace spg;
 
@@ -23,7 +23,7 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-std::string refusal(const memory::PipelineConfig& c, const graphs::ExecutorOptions& o) {
+std::string refusal(const model::PipelineConfig& c, const graphs::ExecutorOptions& o) {
   try {
     graphs::Executor::check_options(c, o);
   } catch (const InvalidArgument& e) {
@@ -52,7 +52,7 @@ std::vector<graphs::RequestInput> random_step(std::mt19937& rng, int n, int max_
 }  // namespace
 
 TEST_CASE("the split keeps every chunk within R and T, each request's pieces contiguous and in order", "[cpu][step]") {
-  const memory::PipelineConfig c = test::two_layer_config();  // R = 4, T = 64
+  const model::PipelineConfig c = test::two_layer_config();  // R = 4, T = 64
   const graphs::StepLayout layout = graphs::StepLayout::make(c, 64, 4096);
   graphs::StepSplitter splitter(c, layout);
   std::mt19937 rng(7);
@@ -100,7 +100,7 @@ TEST_CASE("the split keeps every chunk within R and T, each request's pieces con
 }
 
 TEST_CASE("run(StepInput) cuts a scheduler's step back into the scheduler's own chunks", "[cpu][step]") {
-  memory::PipelineConfig c = test::two_layer_config();
+  model::PipelineConfig c = test::two_layer_config();
   c.cache.swa_blocks = 4000;
   c.cache.compressed_blocks = 1000;
   for (const int budget : {64, 100, 300, 1024}) {
@@ -140,7 +140,7 @@ TEST_CASE("run(StepInput) cuts a scheduler's step back into the scheduler's own 
 }
 
 TEST_CASE("a step over its maxima or with a bad request is refused, naming what is wrong", "[cpu][step]") {
-  const memory::PipelineConfig c = test::two_layer_config();
+  const model::PipelineConfig c = test::two_layer_config();
   const graphs::StepLayout layout = graphs::StepLayout::make(c, 8, 100);
   graphs::StepSplitter splitter(c, layout);
   std::vector<graphs::RequestInput> reqs(9);
@@ -175,7 +175,7 @@ TEST_CASE("a step over its maxima or with a bad request is refused, naming what 
 
 TEST_CASE("the chunk bound holds for the steps that reach it", "[cpu][step]") {
   // Requests of T + 1 tokens: each opens a chunk, fills it and continues into a fresh one.
-  const memory::PipelineConfig c = test::two_layer_config();  // T = 64
+  const model::PipelineConfig c = test::two_layer_config();  // T = 64
   const int n = 10;
   const int tokens = n * 65;
   const graphs::StepLayout layout = graphs::StepLayout::make(c, n, tokens);
@@ -192,7 +192,7 @@ TEST_CASE("the chunk bound holds for the steps that reach it", "[cpu][step]") {
 }
 
 TEST_CASE("step options are validated, naming the field and its bounds", "[cpu][step]") {
-  const memory::PipelineConfig c = test::two_layer_config();
+  const model::PipelineConfig c = test::two_layer_config();
   CHECK(refusal(c, step_options(0, 0)) == "accepted");
   CHECK(refusal(c, step_options(64, 16384)) == "accepted");
   CHECK(contains(refusal(c, step_options(0, 16)), "max_step_requests = 0"));
@@ -203,7 +203,7 @@ TEST_CASE("step options are validated, naming the field and its bounds", "[cpu][
 }
 
 TEST_CASE("the step staging block: header, then 16-byte aligned chunk blocks, planned as pool slots", "[cpu][step]") {
-  const memory::PipelineConfig c = test::two_layer_config();
+  const model::PipelineConfig c = test::two_layer_config();
   const graphs::ExecutorPlan plan = graphs::plan_executor(c, step_options(64, 1000));
   const graphs::StepLayout& l = plan.step;
   CHECK(l.max_chunks == graphs::max_split_chunks(64, 1000, c.max_tokens));

@@ -1,4 +1,4 @@
-// The NVTX ranges of the "spgraph" domain (graphs/detail/trace.hpp), seen through the test
+// The NVTX ranges of the "spgraph" domain (src/spgraph/graphs/detail/trace.hpp), seen through the test
 // binaries' static NVTX injection (tests/common/nvtx_recorder.hpp): named as documented, and
 // balanced on every exit path, exceptions included. The warm-up and eager-step ranges need a
 // device: tests/gpu/test_trace.cpp.
@@ -8,9 +8,9 @@
 #include "common/catch.hpp"
 #include "common/nvtx_recorder.hpp"
 #include "common/small_configs.hpp"
-#include "graphs/detail/trace.hpp"
-#include "graphs/executor.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/detail/trace.hpp"
+#include "spgraph/graphs/executor.hpp"
 
 using namespace spg;
 using graphs::detail::TracePhase;
@@ -48,8 +48,8 @@ TEST_CASE("a trace range is one balanced push and pop in the spgraph domain, wit
 }
 
 TEST_CASE("plan_executor is one balanced 'plan' range, also when it refuses the config", "[trace]") {
-  const memory::PipelineConfig good = test::two_layer_config();
-  memory::PipelineConfig bad = good;
+  const model::PipelineConfig good = test::two_layer_config();
+  model::PipelineConfig bad = good;
   bad.max_tokens = 0;
   const bool refuse = GENERATE(false, true);
   CAPTURE(refuse);

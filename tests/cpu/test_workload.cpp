@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "memory/error.hpp"
-#include "scheduler/workload.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/scheduler/workload.hpp"
 
 using spg::scheduler::ArrivalPattern;
 using spg::scheduler::LengthDistribution;

@@ -1,4 +1,4 @@
-// Fuzzes the chunk encoder (graphs/chunk_format): a small random config, then a chunk of random
+// Fuzzes the chunk encoder (src/spgraph/graphs/chunk_format): a small random config, then a chunk of random
 // lengths, block tables and slot lists (mostly plausible, sometimes wrong). Properties:
 //  - check() never crashes; a refusal is no_bucket or bad_chunk, and bad_chunk names a field, a
 //    reason and a request in [-1, requests);
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "fuzz/fuzz_check.hpp"
-#include "graphs/chunk_format.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
 
 using namespace spg;
 using graphs::ChunkCheck;
@@ -26,16 +26,16 @@ using graphs::RunStatus;
 
 namespace {
 
-memory::PipelineConfig make_config(FuzzedDataProvider& in, bool& ok) {
-  memory::PipelineConfig c;
+model::PipelineConfig make_config(FuzzedDataProvider& in, bool& ok) {
+  model::PipelineConfig c;
   c.max_requests = in.ConsumeIntegralInRange(1, 6);
   c.max_tokens = in.ConsumeIntegralInRange(1, 160);
   c.max_model_len = in.ConsumeIntegralInRange(1, 3000);
   const int window = in.ConsumeIntegralInRange(1, 300);
   const int which = in.ConsumeIntegralInRange(1, 7);  // bit 0: SWA-only, 1: C4A, 2: C128A
-  if (which & 1) c.layers.push_back(memory::LayerConfig{64, 512, 512, window, 1, 0, 0.0F, false});
-  if (which & 2) c.layers.push_back(memory::LayerConfig{64, 512, 512, window, 4, 512, 0.0F, true});
-  if (which & 4) c.layers.push_back(memory::LayerConfig{64, 512, 512, window, 128, 64, 0.0F, true});
+  if (which & 1) c.layers.push_back(model::LayerConfig{64, 512, 512, window, 1, 0, 0.0F, false});
+  if (which & 2) c.layers.push_back(model::LayerConfig{64, 512, 512, window, 4, 512, 0.0F, true});
+  if (which & 4) c.layers.push_back(model::LayerConfig{64, 512, 512, window, 128, 64, 0.0F, true});
   c.cache.swa_block_size = in.ConsumeIntegralInRange(1, 96);
   c.cache.block_tokens = 128 * in.ConsumeIntegralInRange(1, 3);
   c.cache.swa_blocks = in.ConsumeIntegralInRange(1, 400);
@@ -66,7 +66,7 @@ struct OwnedChunk {
   ChunkInput input;
 };
 
-void make_chunk(FuzzedDataProvider& in, const memory::PipelineConfig& c, OwnedChunk& o) {
+void make_chunk(FuzzedDataProvider& in, const model::PipelineConfig& c, OwnedChunk& o) {
   const int n = in.ConsumeIntegralInRange(0, c.max_requests + 1);
   o.swa.resize(static_cast<std::size_t>(n));
   for (auto& t : o.comp) t.resize(static_cast<std::size_t>(n));
@@ -131,7 +131,7 @@ void make_chunk(FuzzedDataProvider& in, const memory::PipelineConfig& c, OwnedCh
 }
 
 /// Independent reading of an accepted chunk's block, as the kernels read it.
-void check_block(const memory::PipelineConfig& c, const graphs::ChunkEncoder& enc, const ChunkInput& in,
+void check_block(const model::PipelineConfig& c, const graphs::ChunkEncoder& enc, const ChunkInput& in,
                  const ChunkCheck& ck, int mask, bool insert, const std::vector<std::int32_t>& w) {
   const graphs::ChunkMetaLayout& m = enc.layout();
   const int bs = c.cache.swa_block_size;
@@ -143,7 +143,7 @@ void check_block(const memory::PipelineConfig& c, const graphs::ChunkEncoder& en
     kernels::ChunkScalars sc{};
     std::memcpy(&sc, w.data() + m.scalars + i * graphs::kScalarWords, sizeof sc);
     SPG_FUZZ_CHECK(sc.num_requests == ck.requests && sc.num_tokens == ck.tokens, "scalars of ratio index %d", i);
-    SPG_FUZZ_CHECK(sc.n_rows >= 0 && sc.m_rows >= sc.n_rows && sc.m_rows <= c.max_kv_rows(memory::LayerConfig{64, 512, 512, c.window(), graphs::kRatios[i], 64, 0.0F, false}),
+    SPG_FUZZ_CHECK(sc.n_rows >= 0 && sc.m_rows >= sc.n_rows && sc.m_rows <= c.max_kv_rows(model::LayerConfig{64, 512, 512, c.window(), graphs::kRatios[i], 64, 0.0F, false}),
                    "N %d, M %d", sc.n_rows, sc.m_rows);
   }
   std::set<std::int64_t> written[graphs::kNumRatios];  // slots of new rows, per cache kind
@@ -200,7 +200,7 @@ void check_block(const memory::PipelineConfig& c, const graphs::ChunkEncoder& en
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
   bool valid = false;
-  const memory::PipelineConfig config = make_config(in, valid);
+  const model::PipelineConfig config = make_config(in, valid);
   if (!valid) return 0;
   const bool insert = in.ConsumeBool();
   int mask = 0;

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "fuzz/fuzz_check.hpp"
-#include "graphs/executor.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "memory/buffer_pool.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+#include "spgraph/memory/buffer_pool.hpp"
 
 using namespace spg;
 
@@ -35,8 +35,8 @@ int some_int(FuzzedDataProvider& in, int typical_lo, int typical_hi) {
   }
 }
 
-memory::LayerConfig make_layer(FuzzedDataProvider& in, int window) {
-  memory::LayerConfig l;
+model::LayerConfig make_layer(FuzzedDataProvider& in, int window) {
+  model::LayerConfig l;
   l.h_q = in.ConsumeBool() ? 64 : (in.ConsumeBool() ? 128 : some_int(in, 1, 256));
   l.d_qk = in.ConsumeIntegralInRange(0, 15) == 0 ? 576 : 512;
   l.window = in.ConsumeIntegralInRange(0, 15) == 0 ? some_int(in, 1, 5000) : window;
@@ -65,12 +65,12 @@ graphs::DeviceView<T, Rank> fake_view(FuzzedDataProvider& in, std::uintptr_t& ne
   return graphs::strided_view<T, Rank>(reinterpret_cast<T*>(at), extents, strides);
 }
 
-std::vector<graphs::LayerBuffers> make_bindings(FuzzedDataProvider& in, const memory::PipelineConfig& c, bool insert) {
+std::vector<graphs::LayerBuffers> make_bindings(FuzzedDataProvider& in, const model::PipelineConfig& c, bool insert) {
   std::vector<graphs::LayerBuffers> out;
   if (in.ConsumeBool()) return out;
   std::uintptr_t next = std::uintptr_t{1} << 44;
   const auto T = static_cast<std::size_t>(std::clamp(c.max_tokens, 0, 1 << 20));
-  for (const memory::LayerConfig& l : c.layers) {
+  for (const model::LayerConfig& l : c.layers) {
     graphs::LayerBuffers b;
     const auto h = static_cast<std::size_t>(std::clamp(l.h_q, 0, 1024));
     const auto d = static_cast<std::size_t>(std::clamp(l.d_qk, 0, 1024));
@@ -96,7 +96,7 @@ std::vector<graphs::LayerBuffers> make_bindings(FuzzedDataProvider& in, const me
 }
 
 void check_plan(const graphs::ExecutorPlan& plan, const graphs::ExecutorOptions& options) {
-  const memory::PipelineConfig& c = plan.config;
+  const model::PipelineConfig& c = plan.config;
   const graphs::BucketSet& b = plan.buckets;
   SPG_FUZZ_CHECK(b.r_buckets().back() == c.max_requests && b.t_buckets().back() == c.max_tokens, "bucket maxima");
   for (int r = 0; r <= c.max_requests; ++r) {
@@ -170,7 +170,7 @@ void check_plan(const graphs::ExecutorPlan& plan, const graphs::ExecutorOptions&
 
 /// What the constructor and warm-up do on the host, over a host-backed pool.
 void warm_up_on_host(const graphs::ExecutorPlan& plan, const graphs::ExecutorOptions& options) {
-  const memory::PipelineConfig& c = plan.config;
+  const model::PipelineConfig& c = plan.config;
   graphs::ChunkEncoder enc(c, options.insert);
   std::vector<std::int32_t> words(static_cast<std::size_t>(enc.layout().words));
   for (const int mask : plan.program_ratios) {
@@ -205,7 +205,7 @@ void warm_up_on_host(const graphs::ExecutorPlan& plan, const graphs::ExecutorOpt
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  memory::PipelineConfig c;
+  model::PipelineConfig c;
   c.max_requests = some_int(in, 1, 8);
   c.max_tokens = some_int(in, 1, 300);
   c.max_model_len = some_int(in, 1, 5000);
@@ -233,7 +233,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   o.buffers = make_bindings(in, c, o.insert);
 
-  graphs::ExecutorPlan plan{memory::PipelineConfig{}, graphs::BucketSet::make_default(1, 1), {}, {}, {}};
+  graphs::ExecutorPlan plan{model::PipelineConfig{}, graphs::BucketSet::make_default(1, 1), {}, {}, {}};
   try {
     plan = graphs::plan_executor(c, o);
   } catch (const InvalidArgument&) {

@@ -13,23 +13,23 @@
 #include <vector>
 
 #include "fuzz/fuzz_check.hpp"
-#include "graphs/chunk_format.hpp"
-#include "memory/error.hpp"
-#include "scheduler/prefill_scheduler.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
+#include "spgraph/scheduler/prefill_scheduler.hpp"
 
 using namespace spg;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  memory::PipelineConfig c;
+  model::PipelineConfig c;
   c.max_requests = in.ConsumeIntegralInRange(1, 6);
   c.max_tokens = in.ConsumeIntegralInRange(16, 256);
   c.max_model_len = in.ConsumeIntegralInRange(1, 4000);
   const int window = in.ConsumeIntegralInRange(1, 200);
   const int which = in.ConsumeIntegralInRange(1, 7);
-  if (which & 1) c.layers.push_back(memory::LayerConfig{64, 512, 512, window, 1, 0, 0.0F, false});
-  if (which & 2) c.layers.push_back(memory::LayerConfig{64, 512, 512, window, 4, 512, 0.0F, true});
-  if (which & 4) c.layers.push_back(memory::LayerConfig{64, 512, 512, window, 128, 64, 0.0F, true});
+  if (which & 1) c.layers.push_back(model::LayerConfig{64, 512, 512, window, 1, 0, 0.0F, false});
+  if (which & 2) c.layers.push_back(model::LayerConfig{64, 512, 512, window, 4, 512, 0.0F, true});
+  if (which & 4) c.layers.push_back(model::LayerConfig{64, 512, 512, window, 128, 64, 0.0F, true});
   c.cache.swa_block_size = in.ConsumeIntegralInRange(1, 64);
   c.cache.block_tokens = 128 * in.ConsumeIntegralInRange(1, 2);
   c.cache.swa_blocks = std::max(1, c.swa_blocks_per_request() * in.ConsumeIntegralInRange(1, 3) + in.ConsumeIntegralInRange(-1, 5));

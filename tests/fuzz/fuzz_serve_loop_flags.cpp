@@ -9,7 +9,7 @@
 
 #include "fuzz/fuzz_check.hpp"
 #include "samples/serve_loop_options.hpp"
-#include "scheduler/workload.hpp"
+#include "spgraph/scheduler/workload.hpp"
 
 using namespace spg::samples;
 

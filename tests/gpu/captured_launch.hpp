@@ -1,13 +1,13 @@
 // CapturedLaunch: a test's launches captured once into a graph and replayed, on the project's own
-// capture guard and graph owners (graphs/graph.hpp), so an aborted capture is always ended.
+// capture guard and graph owners (src/spgraph/graphs/graph.hpp), so an aborted capture is always ended.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <functional>
 
-#include "graphs/graph.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/graph.hpp"
 
 namespace spg::test {
 

@@ -1,6 +1,6 @@
 // Host-side world for executor tests: random caches and inputs in the pool, random chunks with
 // consistent block tables and insert slots, and the whole-pipeline CPU reference built from the
-// per-stage references in kernels/reference/.
+// per-stage references in src/spgraph/kernels/reference/.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,18 +16,18 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "graphs/executor.hpp"
-#include "kernels/reference/accuracy.hpp"
-#include "kernels/reference/kv_cache_reference.hpp"
-#include "kernels/reference/pipeline_reference.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/kernels/reference/accuracy.hpp"
+#include "spgraph/kernels/reference/kv_cache_reference.hpp"
+#include "spgraph/kernels/reference/pipeline_reference.hpp"
 
 namespace spg::test {
 
 namespace ref = kernels::reference;
 using graphs::kNumRatios;
 using graphs::ratio_index;
-using memory::kHeadDim;
+using model::kHeadDim;
 
 /// Copies host rows into a view's rows (any row stride): rows of the view's inner extents, packed.
 template <class T, class View>
@@ -49,14 +49,14 @@ std::vector<T> download_rows(const View& v, std::size_t rows) {
 }
 
 /// A small three-layer program (C4A, SWA-only, C128A) with odd cache sizes.
-inline memory::PipelineConfig small_program() {
-  memory::PipelineConfig c;
+inline model::PipelineConfig small_program() {
+  model::PipelineConfig c;
   c.max_requests = 4;
   c.max_tokens = 64;
   c.max_model_len = 1536;
-  c.layers = {memory::LayerConfig{64, 512, 512, 128, 4, 512, 0.0F, true},
-              memory::LayerConfig{64, 512, 512, 128, 1, 0, 0.0F, false},
-              memory::LayerConfig{128, 512, 512, 128, 128, 64, 0.0F, true}};
+  c.layers = {model::LayerConfig{64, 512, 512, 128, 4, 512, 0.0F, true},
+              model::LayerConfig{64, 512, 512, 128, 1, 0, 0.0F, false},
+              model::LayerConfig{128, 512, 512, 128, 128, 64, 0.0F, true}};
   c.cache.swa_block_size = 64;
   c.cache.block_tokens = 256;
   c.cache.swa_blocks = 103;
@@ -321,7 +321,7 @@ class World {
   }
 
   graphs::Executor& ex_;
-  const memory::PipelineConfig& cfg_;
+  const model::PipelineConfig& cfg_;
   std::mt19937_64 rng_;
   std::vector<std::vector<std::uint8_t>> swa_, comp_;
   std::vector<std::vector<std::uint16_t>> q_, k_rows_, ck_rows_;

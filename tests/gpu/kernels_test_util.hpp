@@ -17,12 +17,12 @@
 
 #include "common/catch.hpp"
 #include "gpu/captured_launch.hpp"
-#include "kernels/chunk.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "kernels/reference/kv_cache_reference.hpp"
-#include "kernels/step_status.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/chunk.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/reference/kv_cache_reference.hpp"
+#include "spgraph/kernels/step_status.hpp"
 
 namespace spg::test {
 
@@ -72,7 +72,7 @@ class GuardedArray {
 
  private:
   std::size_t n_;
-  memory::DeviceBuffer buffer_;
+  core::DeviceBuffer buffer_;
 };
 
 /// @brief A chunk's metadata in one device block, rewritable between graph replays.
@@ -104,7 +104,7 @@ class DeviceChunk {
 
  private:
   int requests_bucket_;
-  memory::DeviceBuffer buffer_;
+  core::DeviceBuffer buffer_;
 };
 
 /// @brief Metadata of a chunk as the scheduler would write it: query_start_loc from the query

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "gpu/captured_launch.hpp"
-#include "kernels/reference/accuracy.hpp"
-#include "kernels/reference/sparse_mla_reference.hpp"
-#include "kernels/sparse_mla/sparse_mla.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/reference/accuracy.hpp"
+#include "spgraph/kernels/reference/sparse_mla_reference.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 
 namespace spg::test::mla {
 
@@ -139,7 +139,7 @@ class DeviceArray {
 
  private:
   std::size_t n_{0};
-  memory::DeviceBuffer buf_;
+  core::DeviceBuffer buf_;
 };
 
 // ---- launches

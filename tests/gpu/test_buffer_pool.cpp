@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "memory/buffer_pool.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "memory/error.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+#include "spgraph/memory/buffer_pool.hpp"
 
 using namespace spg::memory;
+using namespace spg::model;
 using spg::graphs::plan_pipeline_pool;
 namespace slots = spg::graphs::slots;
 

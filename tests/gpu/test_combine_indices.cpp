@@ -9,11 +9,11 @@
 
 #include "common/catch.hpp"
 #include "gpu/kernels_test_util.hpp"
-#include "kernels/combine_indices/combine_indices.hpp"
-#include "kernels/reference/combine_indices_reference.hpp"
-#include "kernels/step_status.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/combine_indices/combine_indices.hpp"
+#include "spgraph/kernels/reference/combine_indices_reference.hpp"
+#include "spgraph/kernels/step_status.hpp"
 
 using namespace spg;
 using namespace spg::kernels;
@@ -77,7 +77,7 @@ void run_combine_case(const CombineCase& c) {
   std::vector<std::vector<std::int32_t>> topks;
   for (const auto& chunk : c.chunks) topks.push_back(random_topk(rng, c, chunk, c.bad_entries));
 
-  memory::Stream stream;
+  core::Stream stream;
   GuardedArray<std::int32_t> topk(topks[0].size());
   GuardedArray<std::int32_t> combined(std::size_t(c.tokens_bucket) * std::size_t(width));
   GuardedArray<std::int32_t> lens(std::size_t(c.tokens_bucket));

@@ -13,12 +13,12 @@
 
 #include "common/catch.hpp"
 #include "gpu/kernels_test_util.hpp"
-#include "graphs/graph.hpp"
-#include "kernels/combine_indices/combine_indices.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "kernels/sparse_mla/sparse_mla.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/graphs/graph.hpp"
+#include "spgraph/kernels/combine_indices/combine_indices.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 
 using namespace spg;
 using namespace spg::kernels;
@@ -48,7 +48,7 @@ struct Arena {
 /// empty): the graph must hold the two memset nodes only, and replay cleanly.
 void expect_empty(const char* what, const std::function<cudaError_t(cudaStream_t)>& launch, const Arena& marker) {
   INFO(what);
-  memory::Stream stream;
+  core::Stream stream;
   REQUIRE(launch(stream.get()) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(stream.get()) == cudaSuccess);
   REQUIRE(cudaGetLastError() == cudaSuccess);

@@ -14,8 +14,8 @@
 
 #include "common/catch.hpp"
 #include "executor_test_util.hpp"
-#include "graphs/executor.hpp"
-#include "memory/allocation_counter.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/memory/allocation_counter.hpp"
 
 using namespace spg;
 using spg::test::ChunkData;
@@ -29,7 +29,7 @@ constexpr std::size_t kBand = 4096;  // guard bytes before and after every calle
 
 /// One caller allocation: a guard band, the buffer's span, a guard band; every byte starts as kGuard.
 struct GuardedAllocation {
-  memory::DeviceBuffer memory;
+  core::DeviceBuffer memory;
   std::size_t span{0};
   explicit GuardedAllocation(std::size_t bytes) : memory(bytes + 2 * kBand), span(bytes) {
     SPG_CUDA_TRY(cudaMemset(memory.data(), kGuard, memory.size()));
@@ -45,7 +45,7 @@ struct GuardedAllocation {
 /// block stride one 576-byte row longer than needed.
 class CallerBuffers {
  public:
-  CallerBuffers(const memory::PipelineConfig& c, bool insert) {
+  CallerBuffers(const model::PipelineConfig& c, bool insert) {
     const auto T = static_cast<std::size_t>(c.max_tokens);
     std::vector<kernels::CacheLayout> caches;
     std::size_t cache_bytes = 0;
@@ -62,7 +62,7 @@ class CallerBuffers {
     std::size_t cache_at = 4096 + 576;  // a non-zero, non-4096 offset (16-byte aligned)
     std::size_t next_cache = 0;
     for (std::size_t i = 0; i < c.layers.size(); ++i) {
-      const memory::LayerConfig& l = c.layers[i];
+      const model::LayerConfig& l = c.layers[i];
       graphs::LayerBuffers b;
       const auto h = static_cast<std::size_t>(l.h_q);
       const std::size_t q_stride = h * 512 + 64;
@@ -198,7 +198,7 @@ std::vector<LayerOutputs> outputs(graphs::Executor& ex, int t_bucket) {
 
 TEST_CASE("an executor over caller-owned buffers equals the pooled executor bit for bit, every bucket, eager and replayed",
           "[gpu][executor][bindings]") {
-  const memory::PipelineConfig cfg = test::small_program();
+  const model::PipelineConfig cfg = test::small_program();
   CallerBuffers caller(cfg, true);
   graphs::Executor pooled(cfg, options(true));
   graphs::Executor bound(cfg, options(true, &caller));
@@ -271,7 +271,7 @@ TEST_CASE("an executor over caller-owned buffers equals the pooled executor bit 
 
 TEST_CASE("steps alternating between two caller streams match eager results, with no host sync per step",
           "[gpu][executor][bindings]") {
-  const memory::PipelineConfig cfg = test::small_program();
+  const model::PipelineConfig cfg = test::small_program();
   CallerBuffers caller(cfg, false);
   graphs::Executor ex(cfg, options(false, &caller));
   ex.warmup();
@@ -282,8 +282,8 @@ TEST_CASE("steps alternating between two caller streams match eager results, wit
   // them into the bound buffers on the step's stream right before the step.
   struct Variant {
     ChunkData chunk;
-    std::vector<memory::DeviceBuffer> q;     // per layer, [T, h, 512] packed
-    std::vector<memory::DeviceBuffer> topk;  // per layer with r > 1, [T, top_k]
+    std::vector<core::DeviceBuffer> q;     // per layer, [T, h, 512] packed
+    std::vector<core::DeviceBuffer> topk;  // per layer with r > 1, [T, top_k]
     std::vector<LayerOutputs> eager;
   };
   std::vector<Variant> variants(kVariants);
@@ -330,11 +330,11 @@ TEST_CASE("steps alternating between two caller streams match eager results, wit
   // Replay: steps alternate between two caller streams. The caller orders its writes of q and
   // top-k after the previous step (which read them) with an event, and after its own writes in
   // stream order; the executor orders the steps among themselves.
-  memory::Stream streams[2];
-  memory::Event done[2] = {memory::Event(false), memory::Event(false)};
+  core::Stream streams[2];
+  core::Event done[2] = {core::Event(false), core::Event(false)};
   constexpr int kSteps = 48;
   const std::size_t l0_rows = T * ex.layer(0).out.extent(1);
-  memory::DeviceBuffer aside(kSteps * l0_rows * 1024);
+  core::DeviceBuffer aside(kSteps * l0_rows * 1024);
   std::vector<int> order;
   for (int i = 0; i < kSteps; ++i) order.push_back(static_cast<int>(rng() % kVariants));
   for (int i = 0; i < kSteps; ++i) {
@@ -371,10 +371,10 @@ TEST_CASE("steps alternating between two caller streams match eager results, wit
 }
 
 TEST_CASE("bindings the device refuses (host memory, a too-small allocation) allocate nothing", "[gpu][executor][bindings]") {
-  const memory::PipelineConfig cfg = test::small_program();
+  const model::PipelineConfig cfg = test::small_program();
   auto& counter = memory::AllocationCounter::instance();
   std::vector<float> host(4096);
-  memory::DeviceBuffer small(4096);
+  core::DeviceBuffer small(4096);
   auto refuse = [&](graphs::ExecutorOptions o, const std::string& part) {
     counter.reset();
     try {

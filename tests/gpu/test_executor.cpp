@@ -13,12 +13,12 @@
 
 #include "common/catch.hpp"
 #include "executor_test_util.hpp"
-#include "graphs/executor.hpp"
-#include "graphs/graph.hpp"
-#include "graphs/pipeline.hpp"
-#include "graphs/pipeline_pool.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "memory/allocation_counter.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/graph.hpp"
+#include "spgraph/graphs/pipeline.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/memory/allocation_counter.hpp"
 
 using namespace spg;
 using spg::test::ChunkData;
@@ -525,8 +525,8 @@ TEST_CASE("1000 back-to-back steps with no host synchronisation match eager resu
     eager.push_back(test::read_outputs(ex, l, 64));
   }
   constexpr int kSteps = 1000;
-  memory::DeviceBuffer aside_out(kSteps * out_elems * 2);
-  memory::DeviceBuffer aside_lse(kSteps * lse_elems * 4);
+  core::DeviceBuffer aside_out(kSteps * out_elems * 2);
+  core::DeviceBuffer aside_lse(kSteps * lse_elems * 4);
   std::vector<int> order(kSteps);
   for (int i = 0; i < kSteps; ++i) order[static_cast<std::size_t>(i)] = static_cast<int>(world.rng()() % 8);
   const graphs::LayerBuffers& views = ex.layer(l);
@@ -596,7 +596,7 @@ TEST_CASE("steady state makes zero CUDA allocation calls over 10000 steps", "[gp
   // The counter sees allocations: one cudaMalloc now counts (runtime and driver), and so does
   // pinning host memory.
   counter.reset();
-  { memory::DeviceBuffer probe(4096); }
+  { core::DeviceBuffer probe(4096); }
   CHECK(counter.count() >= 2);
   counter.reset();
   {
@@ -631,7 +631,7 @@ TEST_CASE("failure paths leave the executor usable", "[gpu][executor]") {
     CHECK_THROWS_AS(graphs::CaptureGuard(nullptr), StateError);
   }
   SECTION("a stage failing during capture is discarded and a later capture succeeds") {
-    memory::Stream s;
+    core::Stream s;
     try {
       graphs::CaptureGuard guard(s.get());
       SPG_CUDA_TRY(cudaStreamSynchronize(s.get()));  // illegal while capturing: invalidates the capture

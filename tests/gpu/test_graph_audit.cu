@@ -27,30 +27,30 @@
 
 #include "common/catch.hpp"
 #include "executor_test_util.hpp"
-#include "graphs/chunk_format.hpp"
-#include "graphs/executor.hpp"
-#include "graphs/layer_buffers.hpp"
-#include "graphs/pipeline.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "kernels/sparse_mla/sparse_mla.hpp"
-#include "kernels/sparse_mla/sparse_mla_device.cuh"
-#include "kernels/step_status.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/layer_buffers.hpp"
+#include "spgraph/graphs/pipeline.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla_device.cuh"
+#include "spgraph/kernels/step_status.hpp"
 
 // The parameter structs live beside their kernels, and those kernels are non-template __global__
 // functions: a second definition in this file would clash with the library's host stubs at link
 // time. So this file's copies are renamed (and never launched); only the structs are shared.
 #define kv_insert_kernel graph_audit_unused_kv_insert_kernel
 #define kv_gather_kernel graph_audit_unused_kv_gather_kernel
-#include "kernels/kv_cache/kv_cache_kernel.cuh"
+#include "spgraph/kernels/kv_cache/kv_cache_kernel.cuh"
 #undef kv_gather_kernel
 #undef kv_insert_kernel
 #define combine_indices_kernel graph_audit_unused_combine_indices_kernel
-#include "kernels/combine_indices/combine_indices_kernel.cuh"
+#include "spgraph/kernels/combine_indices/combine_indices_kernel.cuh"
 #undef combine_indices_kernel
 #define sparse_mla_merge_kernel graph_audit_unused_sparse_mla_merge_kernel
-#include "kernels/sparse_mla/sparse_mla_kernel.cuh"
+#include "spgraph/kernels/sparse_mla/sparse_mla_kernel.cuh"
 #undef sparse_mla_merge_kernel
 
 using namespace spg;
@@ -403,10 +403,10 @@ std::string check_out_map(void* const* kp, const d::SparseMlaParams& p) {
 // ------------------------------------------------------------------ what a step graph must hold
 
 /// The attention plan of a layer at a bucket, from the same static arguments the pipeline plans from.
-kernels::SparseMlaPlan attention_plan(const memory::PipelineConfig& c, const memory::LayerConfig& l, int r_bucket,
+kernels::SparseMlaPlan attention_plan(const model::PipelineConfig& c, const model::LayerConfig& l, int r_bucket,
                                       int t_bucket) {
   kernels::SparseMlaArgs a{};
-  a.kv_row_stride = memory::kHeadDim;
+  a.kv_row_stride = model::kHeadDim;
   a.s_kv = static_cast<int>(std::int64_t{r_bucket} * c.max_kv_rows(l));
   a.topk = l.combined_width();
   a.s_q = t_bucket;
@@ -419,11 +419,11 @@ kernels::SparseMlaPlan attention_plan(const memory::PipelineConfig& c, const mem
 /// Kernel nodes of one step: the stage-in, then per layer gather, combine and attention, the
 /// insert stage's one (SWA) or two (and compressed, r > 1) kernels, and a merge kernel where the
 /// attention splits its top-k range.
-int expected_node_count(const memory::PipelineConfig& c, const std::vector<int>& layers, int r_bucket, int t_bucket,
+int expected_node_count(const model::PipelineConfig& c, const std::vector<int>& layers, int r_bucket, int t_bucket,
                         bool insert) {
   int n = 1;
   for (const int i : layers) {
-    const memory::LayerConfig& l = c.layers[static_cast<std::size_t>(i)];
+    const model::LayerConfig& l = c.layers[static_cast<std::size_t>(i)];
     n += 3 + (insert ? 1 + (l.compress_ratio > 1 ? 1 : 0) : 0) + (attention_plan(c, l, r_bucket, t_bucket).split ? 1 : 0);
   }
   return n;
@@ -437,12 +437,12 @@ struct ExpectedNode {
 };
 
 /// The nodes in recording order (Pipeline::record): the stage-in, then each layer's stages.
-std::vector<ExpectedNode> expected_nodes(const memory::PipelineConfig& c, const std::vector<int>& layers, int r_bucket,
+std::vector<ExpectedNode> expected_nodes(const model::PipelineConfig& c, const std::vector<int>& layers, int r_bucket,
                                          int t_bucket, bool insert) {
   using graphs::Stage;
   std::vector<ExpectedNode> e{{Kernel::stage_in, -1, "stage-in", {}}};
   for (const int i : layers) {
-    const memory::LayerConfig& l = c.layers[static_cast<std::size_t>(i)];
+    const model::LayerConfig& l = c.layers[static_cast<std::size_t>(i)];
     if (insert) e.push_back({Kernel::kv_insert, i, graphs::stage_name(Stage::insert_swa), {}});
     if (insert && l.compress_ratio > 1) {
       e.push_back({Kernel::kv_insert, i, graphs::stage_name(Stage::insert_compressed), {}});
@@ -537,7 +537,7 @@ struct AuditTally {
 /// Audits the graph of (program, bucket, staging); returns the staging block its stage-in reads.
 std::uintptr_t audit_graph(const graphs::Executor& ex, int program, int bucket, int staging, bool insert,
                            AllowedMemory allowed, AuditTally& tally) {
-  const memory::PipelineConfig& cfg = ex.config();
+  const model::PipelineConfig& cfg = ex.config();
   const std::vector<int>& layers = ex.program_layers(program);
   const int r_bucket = ex.buckets().r_of(bucket);
   const int t_bucket = ex.buckets().t_of(bucket);
@@ -623,11 +623,11 @@ AuditTally audit_executor(const graphs::Executor& ex, bool insert, const Allowed
 /// larger allocation. Layer 1 binds only its cache and leaves the rest to the pool.
 class CallerBuffers {
  public:
-  explicit CallerBuffers(const memory::PipelineConfig& config) {
+  explicit CallerBuffers(const model::PipelineConfig& config) {
     using B = graphs::LayerBuffer;
     const auto T = static_cast<std::size_t>(config.max_tokens);
     for (std::size_t i = 0; i < config.layers.size(); ++i) {
-      const memory::LayerConfig& l = config.layers[i];
+      const model::LayerConfig& l = config.layers[i];
       const auto h = static_cast<std::size_t>(l.h_q);
       const auto d_qk = static_cast<std::size_t>(l.d_qk);
       graphs::LayerBuffers b;
@@ -673,7 +673,7 @@ class CallerBuffers {
     return reinterpret_cast<T*>(static_cast<std::byte*>(owned_.back().data()) + offset);
   }
 
-  std::vector<memory::DeviceBuffer> owned_;
+  std::vector<core::DeviceBuffer> owned_;
   std::vector<graphs::LayerBuffers> bindings_;
 };
 
@@ -701,7 +701,7 @@ TEST_CASE("every kernel node of every captured graph stays inside the pool, and 
 
 TEST_CASE("with caller-bound buffers every kernel node stays inside the pool or a bound buffer, and uses each one",
           "[gpu][executor]") {
-  const memory::PipelineConfig cfg = test::small_program();
+  const model::PipelineConfig cfg = test::small_program();
   const CallerBuffers caller(cfg);
   graphs::Executor ex(cfg, two_programs(caller.bindings()));
   ex.warmup();

@@ -12,13 +12,13 @@
 
 #include "common/catch.hpp"
 #include "gpu/kernels_test_util.hpp"
-#include "kernels/device_info.hpp"
-#include "kernels/kv_cache/kv_cache.hpp"
-#include "kernels/reference/kv_cache_reference.hpp"
-#include "kernels/reference/pipeline_reference.hpp"
-#include "kernels/step_status.hpp"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/device_info.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/reference/kv_cache_reference.hpp"
+#include "spgraph/kernels/reference/pipeline_reference.hpp"
+#include "spgraph/kernels/step_status.hpp"
 
 using namespace spg;
 using namespace spg::kernels;
@@ -76,7 +76,7 @@ void run_insert_case(int block_size, int num_blocks, int rows_bucket, int rows_a
   const InsertStep steps[2] = {random_insert_step(rng, rows_bucket, rows_a, layout, bad_slots),
                                random_insert_step(rng, rows_bucket, rows_b, layout, bad_slots)};
 
-  memory::Stream stream;
+  core::Stream stream;
   GuardedArray<std::uint8_t> cache(layout.bytes());
   GuardedArray<std::uint16_t> rows(std::size_t(rows_bucket) * kKvDim);
   GuardedArray<std::int32_t> slots(static_cast<std::size_t>(rows_bucket));
@@ -169,7 +169,7 @@ void run_gather_case(GatherSetup s) {
     for (auto [i, v] : s.compressed_table_edits) compressed_table_host[i] = v;
   }
 
-  memory::Stream stream;
+  core::Stream stream;
   GuardedArray<std::uint8_t> window_cache(with_window ? window_layout.bytes() : 16);
   GuardedArray<std::int32_t> window_table(with_window ? window_table_host.size() : 1);
   GuardedArray<std::uint8_t> compressed_cache(with_compressed ? compressed_layout.bytes() : 16);
@@ -323,7 +323,7 @@ TEST_CASE("insert derives SWA slots from the block table exactly as the explicit
 
   const std::vector<std::uint8_t> initial = test::random_cache(rng, layout);
   const std::vector<std::uint16_t> rows = test::random_k_rows(rng, std::size_t(rows_bucket));
-  memory::Stream stream;
+  core::Stream stream;
   GuardedArray<std::uint8_t> cache(layout.bytes());
   GuardedArray<std::uint16_t> rows_d(rows.size());
   GuardedArray<std::int32_t> table_d(table.size());
@@ -423,7 +423,7 @@ TEST_CASE("insert rounds e4m3 midpoints to even as the reference does", "[gpu][k
   std::mt19937 rng(5);
   const std::vector<std::uint8_t> initial = test::random_cache(rng, layout);
 
-  memory::Stream stream;
+  core::Stream stream;
   GuardedArray<std::uint8_t> cache(layout.bytes());
   GuardedArray<std::uint16_t> rows_d(rows.size());
   GuardedArray<std::int32_t> slots_d(slots.size());
@@ -527,7 +527,7 @@ TEST_CASE("dequant(insert(x)) equals the reference's bytes dequantized, and is c
   std::vector<std::int32_t> slots(n);
   for (int p = 0; p < n; ++p) slots[std::size_t(p)] = table[std::size_t(p / block_size)] * block_size + p % block_size;
 
-  memory::Stream stream;
+  core::Stream stream;
   GuardedArray<std::uint8_t> cache(layout.bytes());
   GuardedArray<std::uint16_t> rows(x.size());
   GuardedArray<std::int32_t> slots_d(slots.size());
@@ -664,8 +664,8 @@ TEST_CASE("the launchers' cached device facts match the driver's", "[gpu][kv_cac
   SPG_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   SPG_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   for (int call = 0; call < 2; ++call) {  // the first call queries, the second reads the cache
-    DeviceInfo info;
-    REQUIRE(current_device_info(info) == cudaSuccess);
+    core::DeviceInfo info;
+    REQUIRE(core::current_device_info(info) == cudaSuccess);
     CHECK(info.device == device);
     CHECK(info.sms == sms);
     CHECK(info.major == major);

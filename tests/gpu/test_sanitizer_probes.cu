@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "kernels/sparse_mla/sparse_mla_device.cuh"
-#include "kernels/sparse_mla/wgmma_sm90.cuh"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla_device.cuh"
+#include "spgraph/kernels/sparse_mla/wgmma_sm90.cuh"
 
 namespace {
 
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(384) handoff_kernel(bool arrive, int seed, int
 }
 
 int run_handoff(bool arrive, int seed) {
-  spg::memory::DeviceBuffer buffer(sizeof(int));
+  spg::core::DeviceBuffer buffer(sizeof(int));
   auto* mismatches = static_cast<int*>(buffer.data());
   SPG_CUDA_TRY(cudaMemset(mismatches, 0, sizeof(int)));
   handoff_kernel<<<1, 384>>>(arrive, seed, mismatches);

@@ -304,7 +304,7 @@ Problem with_stride(Problem p, std::int64_t stride) {
 }  // namespace
 
 TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)", "[gpu][sparse_mla]") {
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
       for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_mma,
@@ -338,7 +338,7 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
 }
 
 TEST_CASE("sparse_mla: small problem for the sanitizers", "[gpu][sparse_mla]") {
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   for (const int d_qk : {512, 576})
     // 150 tokens x 2 halves: more items than SMs, so persistent CTAs carry state from one item to
     // the next; topk 192 is an odd block count (the wgmma kernel's last pair has a masked block)
@@ -347,7 +347,7 @@ TEST_CASE("sparse_mla: small problem for the sanitizers", "[gpu][sparse_mla]") {
 }
 
 TEST_CASE("sparse_mla: public correctness grid against the double reference", "[gpu][sparse_mla]") {
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   const std::vector<std::pair<int, int>> kv_topk = {{128, 128},  {256, 256},  {512, 512}, {592, 128}, {1840, 256},
                                                     {1592, 384}, {1521, 512}, {95, 128},  {153, 256}, {114, 384}};
   std::uint64_t seed = 1000;
@@ -387,7 +387,7 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
 }
 
 TEST_CASE("sparse_mla: masking edge cases", "[gpu][sparse_mla]") {
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   std::uint64_t seed = 5000;
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
@@ -431,7 +431,7 @@ TEST_CASE("sparse_mla: unit-variance inputs keep statistics exact and out within
   // With N(0, 1) q and kv (|V| ten times the calibrated scale, logits ~1), rounding P to bf16
   // before P V gives per-element out errors up to ~4.5 times the bar; the statistics are computed
   // from fp32 scores and keep their bars. Documented here so a regression past that shows up.
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   for (const int d_qk : {512, 576}) {
     const Problem p = make_problem({d_qk, 128, 1521, 512, 61}, {.sink = true, .topk_length = true, .q_amp = 1.0, .kv_amp = 1.0},
                                    91 + d_qk);
@@ -455,7 +455,7 @@ TEST_CASE("sparse_mla: unit-variance inputs keep statistics exact and out within
 }
 
 TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", "[gpu][sparse_mla]") {
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   struct Pair {
     k::SparseMlaPath single;
     k::SparseMlaPath split;
@@ -513,7 +513,7 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
 }
 
 TEST_CASE("sparse_mla: the prepared launch (initialize, then run) writes what the one-shot run writes", "[gpu][sparse_mla]") {
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   for (const int s_q : {16, 67}) {  // 16 tokens of 128 heads: automatic splits; 67: the single pass
     const Problem p = make_problem({512, 128, 3001, 1152, s_q}, {.sink = true, .topk_length = true}, 9100 + s_q);
     std::vector<k::SparseMlaPath> paths = kAllKernels;
@@ -551,7 +551,7 @@ TEST_CASE("sparse_mla: the prepared launch (initialize, then run) writes what th
 }
 
 TEST_CASE("sparse_mla: one captured graph serves new per-step metadata", "[gpu][sparse_mla]") {
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   for (const int s_q : {16, 301}) {  // 16 tokens of 128 heads picks the wgmma split, 301 the single pass
     Problem p = make_problem({512, 128, 4001, 640, s_q}, {.sink = true, .topk_length = true}, 4242 + s_q);
     p.num_tokens = s_q - 7;
@@ -587,7 +587,7 @@ TEST_CASE("sparse_mla: one captured graph serves new per-step metadata", "[gpu][
 TEST_CASE("sparse_mla: s_q = 70000 at h_q 128 runs past the 65535 grid limit", "[gpu][sparse_mla]") {
   // 140000 CTAs of the wgmma kernel on its 1-D grid; the mma.sync single pass (persistent CTAs)
   // runs the same inputs.
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   constexpr int kSq = 70000;
   constexpr int kPattern = 1009;  // distinct q rows, repeated over the tokens
   Problem p = make_problem({512, 128, 4099, 128, kPattern}, {.sink = true, .topk_length = true}, 70000);
@@ -659,7 +659,7 @@ TEST_CASE("sparse_mla: s_q = 70000 at h_q 128 runs past the 65535 grid limit", "
 TEST_CASE("sparse_mla: the wgmma and mma.sync single passes agree on the same inputs", "[gpu][sparse_mla]") {
   // Both within the reference bars, and within twice the bars of each other; topk 640 and 704 give
   // an even and an odd block count (the wgmma kernel runs blocks in pairs).
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   std::uint64_t seed = 9100;
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
@@ -709,7 +709,7 @@ TEST_CASE("sparse_mla: d_qk 576 over many block pairs per CTA: repeats bit-ident
   // and WG0 not arriving (a build made to check this test, 2026-12-01) it passed: the refill of
   // K0's right half also waits behind K1's right half, which WG1 releases after the P0 barrier
   // (docs/testing.md).
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   std::uint64_t seed = 9300;
   for (const int h_q : {64, 128}) {
     const Problem p = make_problem({576, h_q, 8192, 2048, 3}, {.sink = true}, ++seed);
@@ -743,7 +743,7 @@ TEST_CASE("sparse_mla: tokens at or past num_tokens come out as empty rows", "[g
   // Outputs NaN-poisoned before every run; rows past num_tokens must be exactly out 0,
   // max_logits -inf, lse +inf, the others must match the reference. One graph per kernel serves
   // every num_tokens value.
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   for (const int d_qk : {512, 576}) {
     Problem p = make_problem({d_qk, 128, 3001, 384, 45}, {.sink = true, .topk_length = true}, 6100 + d_qk);
     p.num_tokens = p.s_q;
@@ -790,7 +790,7 @@ TEST_CASE("sparse_mla: tokens at or past num_tokens come out as empty rows", "[g
 
 TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][sparse_mla]") {
   // Padding past d_qk holds NaN: a kernel that reads it fails the reference check.
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   std::uint64_t seed = 8300;
   for (const int d_qk : {512, 576}) {
     for (const std::int64_t extra : {8, d_qk + 200}) {
@@ -808,7 +808,7 @@ TEST_CASE("sparse_mla: q and out at padded token strides: bit-identical, padding
   // that reads it fails); the out buffer is NaN-poisoned whole before each run and its padding
   // must come back untouched. Two paddings: 16-byte only (q + 72, out + 8 elements) and whole
   // 128-byte lines (q + 1024, out + 576).
-  spg::memory::Stream stream;
+  spg::core::Stream stream;
   std::uint64_t seed = 8700;
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
@@ -912,7 +912,7 @@ TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_ml
 }
 
 TEST_CASE("sparse_mla: wgmma tiles (Q K^T, P V with P from registers and from shared memory)", "[gpu][sparse_mla]") {
-  // The descriptors and fragment layouts of kernels/sparse_mla/wgmma_sm90.cuh on one 64-row tile
+  // The descriptors and fragment layouts of src/spgraph/kernels/sparse_mla/wgmma_sm90.cuh on one 64-row tile
   // pair (test_sparse_mla_wgmma_tiles.cu); inputs uniform in [-1, 1].
   Rng rng(12345);
   std::vector<std::uint16_t> q(64 * 512);

@@ -1,6 +1,6 @@
 // Device side of the wgmma building-block checks in test_sparse_mla.cpp ("wgmma tiles"): one
 // warpgroup runs the three wgmma forms the attention kernel issues, on one 64-row Q tile and one
-// 64-row K tile, with the descriptors and fragment helpers of kernels/sparse_mla/wgmma_sm90.cuh:
+// 64-row K tile, with the descriptors and fragment helpers of src/spgraph/kernels/sparse_mla/wgmma_sm90.cuh:
 //   qk     S = Q K^T, m64n64k16, A and B from 128B-swizzled K-major shared memory, 32 k16 steps
 //   pv-rs  O = bf16(S) V, m64n256k16, A from registers (the S accumulator as A fragments), V = the
 //          K tile read MN-major, both 256-column halves
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gpu/sparse_mla_test_util.hpp"
-#include "kernels/sparse_mla/wgmma_sm90.cuh"
+#include "spgraph/kernels/sparse_mla/wgmma_sm90.cuh"
 
 namespace spg::test::mla {
 

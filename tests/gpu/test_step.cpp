@@ -1,4 +1,4 @@
-// Steps in one graph launch (graphs/step.hpp, docs/graphs.md "Steps"): a step of k chunks, run as
+// Steps in one graph launch (src/spgraph/graphs/step.hpp, docs/graphs.md "Steps"): a step of k chunks, run as
 // one step-graph launch or as the eager host loop, leaves exactly what k single-chunk runs leave
 // (every layer's outputs and caches, bit for bit, outputs NaN-poisoned before each run); the step
 // graph holds the expected nodes; steps of any size alternate on the graphs warm-up captured; a
@@ -15,10 +15,10 @@
 
 #include "common/catch.hpp"
 #include "executor_test_util.hpp"
-#include "graphs/executor.hpp"
-#include "graphs/pipeline.hpp"
-#include "graphs/step.hpp"
-#include "memory/allocation_counter.hpp"
+#include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/pipeline.hpp"
+#include "spgraph/graphs/step.hpp"
+#include "spgraph/memory/allocation_counter.hpp"
 
 using namespace spg;
 using spg::test::LayerOutputs;
@@ -31,8 +31,8 @@ constexpr int kStepTokens = 1024;  // 16 chunks of T = 64
 constexpr int kMinPrefix = 256;    // every piece's seq_len > 256: one set of top-k indices fits all
 
 /// small_program() (R = 4, T = 64; C4A, SWA-only, C128A) with caches large enough for 64 requests.
-memory::PipelineConfig step_program() {
-  memory::PipelineConfig c = test::small_program();
+model::PipelineConfig step_program() {
+  model::PipelineConfig c = test::small_program();
   c.cache.swa_blocks = 521;        // 64 requests of up to 453 tokens: 8 blocks each
   c.cache.compressed_blocks = 131;  // 2 each
   return c;
@@ -62,7 +62,7 @@ struct StepData {
   graphs::StepInput input() const { return graphs::StepInput{requests}; }
 };
 
-StepData make_step(const memory::PipelineConfig& cfg, const std::vector<int>& query_lens, std::mt19937_64& rng) {
+StepData make_step(const model::PipelineConfig& cfg, const std::vector<int>& query_lens, std::mt19937_64& rng) {
   StepData s;
   std::vector<std::int32_t> swa_free(static_cast<std::size_t>(cfg.cache.swa_blocks));
   std::iota(swa_free.begin(), swa_free.end(), 0);
@@ -104,7 +104,7 @@ StepData make_step(const memory::PipelineConfig& cfg, const std::vector<int>& qu
 
 /// A random step that splits into exactly k chunks: a mix of one-token, short, T-token (a chunk of
 /// one request at the bucket maximum) and longer-than-T requests (continued into the next chunk).
-StepData step_of(const memory::PipelineConfig& cfg, graphs::StepSplitter& splitter, int k, std::mt19937_64& rng) {
+StepData step_of(const model::PipelineConfig& cfg, graphs::StepSplitter& splitter, int k, std::mt19937_64& rng) {
   if (k == 0) return StepData{};
   for (int attempt = 0; attempt < 10000; ++attempt) {
     std::vector<int> lens;
@@ -213,7 +213,7 @@ State run_from(graphs::Executor& ex, graphs::StepSplitter& splitter, const Cache
 }  // namespace
 
 TEST_CASE("a step of k chunks in one launch leaves what k single-chunk runs leave, bit for bit", "[gpu][step]") {
-  const memory::PipelineConfig cfg = step_program();
+  const model::PipelineConfig cfg = step_program();
   graphs::Executor ex(cfg, step_options());
   const graphs::WarmupReport report = ex.warmup();
   CHECK(report.step_graphs == 2 * ex.programs());
@@ -307,7 +307,7 @@ TEST_CASE("a step of no chunks launches and writes nothing", "[gpu][step]") {
 }
 
 TEST_CASE("refused steps write nothing and name the chunk and the request at fault", "[gpu][step]") {
-  const memory::PipelineConfig cfg = step_program();
+  const model::PipelineConfig cfg = step_program();
   graphs::Executor ex(cfg, step_options());
   ex.warmup();
   World world(ex, 5);
@@ -357,7 +357,7 @@ TEST_CASE("refused steps write nothing and name the chunk and the request at fau
 
 TEST_CASE("steady-state steps of varying size make zero CUDA allocation calls over 1000 steps", "[gpu][step]") {
   auto& counter = memory::AllocationCounter::instance();
-  const memory::PipelineConfig cfg = step_program();
+  const model::PipelineConfig cfg = step_program();
   graphs::Executor ex(cfg, step_options());
   ex.warmup();
   World world(ex, 9);
@@ -366,7 +366,7 @@ TEST_CASE("steady-state steps of varying size make zero CUDA allocation calls ov
   std::vector<StepData> steps;
   for (int k = 0; k <= 16; ++k) steps.push_back(step_of(cfg, splitter, k, world.rng()));
   counter.reset();
-  { memory::DeviceBuffer probe(4096); }
+  { core::DeviceBuffer probe(4096); }
   CHECK(counter.count() >= 2);  // the counter sees allocations
   counter.reset();
   constexpr int kSteps = 1000;

@@ -7,7 +7,7 @@
 #include "common/catch.hpp"
 #include "common/nvtx_recorder.hpp"
 #include "executor_test_util.hpp"
-#include "graphs/executor.hpp"
+#include "spgraph/graphs/executor.hpp"
 
 using namespace spg;
 using test::NvtxRange;

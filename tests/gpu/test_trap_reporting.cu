@@ -1,5 +1,5 @@
 // A device fault ends as an error the host sees, never as a hang: a kernel that traps, and one
-// stuck in the attention kernels' own bounded mbarrier wait (kernels/sparse_mla/wgmma_sm90.cuh:
+// stuck in the attention kernels' own bounded mbarrier wait (src/spgraph/kernels/sparse_mla/wgmma_sm90.cuh:
 // it traps after 2^34 cycles, ~9 s at the H200's clock) on a barrier nothing ever arrives on.
 // A trap leaves the CUDA context unusable for the rest of its process, so each case runs in a
 // child process (this binary again, on the hidden test case below) under a time limit; the parent
@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "common/catch.hpp"
-#include "kernels/sparse_mla/wgmma_sm90.cuh"
-#include "memory/error.hpp"
-#include "memory/resources.hpp"
+#include "spgraph/core/error.hpp"
+#include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/sparse_mla/wgmma_sm90.cuh"
 
 extern char** environ;
 
@@ -140,7 +140,7 @@ TEST_CASE("an mbarrier wait that can never complete traps instead of hanging the
 TEST_CASE("trap child", "[.trap-child]") {
   const char* which = std::getenv(kChildVariable);
   REQUIRE(which != nullptr);
-  spg::memory::DeviceBuffer reached(sizeof(int));
+  spg::core::DeviceBuffer reached(sizeof(int));
   SPG_CUDA_TRY(cudaMemset(reached.data(), 0, sizeof(int)));
   if (std::string(which) == "trap") {
     trapping_kernel<<<1, 32>>>(static_cast<int*>(reached.data()));

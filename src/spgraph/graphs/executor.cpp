@@ -1,0 +1,590 @@
+// Executor: see executor.hpp and docs/graphs.md.
+#include "spgraph/graphs/executor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/detail/trace.hpp"
+#include "spgraph/graphs/pipeline.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+
+namespace spg::graphs {
+
+namespace {
+
+std::vector<std::vector<int>> make_programs(const model::PipelineConfig& config, const ExecutorOptions& o) {
+  if (o.programs.empty()) {
+    std::vector<int> all(config.layers.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    return {all};
+  }
+  for (std::size_t p = 0; p < o.programs.size(); ++p) {
+    SPG_EXPECTS(!o.programs[p].empty(), "programs[" << p << "] is empty; a program needs at least one layer");
+    for (int l : o.programs[p]) {
+      SPG_EXPECTS(l >= 0 && l < static_cast<int>(config.layers.size()),
+                  "programs[" << p << "] names layer " << l << "; layers are 0 .. " << config.layers.size() - 1);
+    }
+  }
+  return o.programs;
+}
+
+BucketSet make_buckets(const model::PipelineConfig& config, const ExecutorOptions& o) {
+  if (o.r_buckets.empty() && o.t_buckets.empty()) {
+    return BucketSet::make_default(config.max_requests, config.max_tokens);
+  }
+  const BucketSet d = BucketSet::make_default(config.max_requests, config.max_tokens);
+  return BucketSet(o.r_buckets.empty() ? d.r_buckets() : o.r_buckets,
+                   o.t_buckets.empty() ? d.t_buckets() : o.t_buckets, config.max_requests, config.max_tokens);
+}
+
+std::size_t attention_headroom(const model::PipelineConfig& config, const std::vector<std::vector<int>>& programs,
+                               const BucketSet& buckets) {
+  std::size_t bytes = 0;
+  for (const auto& layers : programs) {
+    for (int b = 0; b < buckets.size(); ++b) {
+      bytes = std::max(bytes, Pipeline::attention_workspace_bytes(config, layers, buckets.r_of(b), buckets.t_of(b)));
+    }
+  }
+  return bytes;
+}
+
+/// The pool for what the caller did not bind: the bindings' device residency is checked (the one
+/// binding check that asks the device) before anything is allocated.
+memory::BufferPool checked_pool(const model::PipelineConfig& config, const ExecutorOptions& options,
+                                const std::vector<std::vector<int>>& programs, const BucketSet& buckets,
+                                memory::PoolPlan plan) {
+  check_bindings(config, options.buffers, programs, options.insert);
+  const std::size_t headroom = attention_headroom(config, programs, buckets);
+  return memory::BufferPool(std::move(plan), headroom);
+}
+
+template <class T, std::size_t Rank>
+DeviceView<T, Rank> slot_view(const memory::BufferPool& pool, const std::string& name,
+                              const std::array<std::size_t, Rank>& extents) {
+  const auto v = pool.view<T, Rank>(name, extents);
+  return contiguous_view<T, Rank>(v.data_handle(), extents);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+ExecutorPlan plan_executor(model::PipelineConfig config, const ExecutorOptions& options) {
+  const detail::TraceRange range(detail::TracePhase::plan);
+  config.validate();  // before anything is sized from it (buckets, programs, pool)
+  BucketSet buckets = make_buckets(config, options);
+  std::vector<std::vector<int>> programs = make_programs(config, options);
+  std::vector<int> ratios;
+  for (const auto& layers : programs) {
+    int mask = 0;
+    for (int l : layers) mask |= 1 << ratio_index(config.layers[static_cast<std::size_t>(l)].compress_ratio);
+    ratios.push_back(mask);
+  }
+  StepLayout step;
+  if (options.max_step_requests != 0 || options.max_step_tokens != 0) {
+    step = StepLayout::make(config, options.max_step_requests, options.max_step_tokens);
+  }
+  check_binding_shapes(config, options.buffers, programs, options.insert);
+  memory::PoolPlan pool = plan_pipeline_pool(config, options.buffers, options.insert);
+  plan_step_slots(pool, step);
+  return ExecutorPlan{std::move(config), std::move(buckets), std::move(programs), std::move(ratios), std::move(pool),
+                      step};
+}
+
+ExecutorViews executor_views(const model::PipelineConfig& config, const ExecutorOptions& options,
+                             const memory::BufferPool& pool) {
+  ExecutorViews out;
+  const auto T = static_cast<std::size_t>(config.max_tokens);
+  out.layers.resize(config.layers.size());
+  for (std::size_t i = 0; i < config.layers.size(); ++i) {
+    const model::LayerConfig& l = config.layers[i];
+    const LayerBuffers given = options.buffers.empty() ? LayerBuffers{} : options.buffers[i];
+    LayerBuffers& v = out.layers[i];
+    v = given;
+    const auto h = static_cast<std::size_t>(l.h_q);
+    auto planned = [&](LayerBuffer b, bool is_bound) {
+      return !is_bound && layer_uses(l, b, options.insert);
+    };
+    auto name = [&](LayerBuffer b) { return slots::layer_slot(i, b); };
+    using B = LayerBuffer;
+    if (planned(B::q, bound(given.q))) {
+      v.q = slot_view<__nv_bfloat16, 3>(pool, name(B::q), {T, h, static_cast<std::size_t>(l.d_qk)});
+    }
+    if (planned(B::topk_indices, bound(given.topk_indices))) {
+      v.topk_indices = slot_view<std::int32_t, 2>(pool, name(B::topk_indices), {T, static_cast<std::size_t>(l.top_k)});
+    }
+    if (planned(B::k_rows, bound(given.k_rows))) {
+      v.k_rows = slot_view<__nv_bfloat16, 2>(pool, name(B::k_rows), {T, std::size_t{model::kHeadDim}});
+    }
+    if (planned(B::compressed_k_rows, bound(given.compressed_k_rows))) {
+      v.compressed_k_rows = slot_view<__nv_bfloat16, 2>(
+          pool, name(B::compressed_k_rows),
+          {required_rows(config, l, B::compressed_k_rows), std::size_t{model::kHeadDim}});
+    }
+    for (const B cb : {B::swa_cache, B::compressed_cache}) {
+      PagedCache& c = cb == B::swa_cache ? v.swa_cache : v.compressed_cache;
+      if (planned(cb, bound(c))) {
+        c.layout = required_cache(config, l, cb);
+        c.data = reinterpret_cast<std::uint8_t*>(pool.bytes(name(cb), c.layout.bytes()));
+      }
+    }
+    if (planned(B::attn_sink, bound(given.attn_sink))) v.attn_sink = slot_view<float, 1>(pool, name(B::attn_sink), {h});
+    if (planned(B::out, bound(given.out))) {
+      v.out = slot_view<__nv_bfloat16, 3>(pool, name(B::out), {T, h, static_cast<std::size_t>(l.d_v)});
+    }
+    if (planned(B::lse, bound(given.lse))) v.lse = slot_view<float, 2>(pool, name(B::lse), {T, h});
+    if (planned(B::max_logits, bound(given.max_logits))) {
+      v.max_logits = slot_view<float, 2>(pool, name(B::max_logits), {T, h});
+    }
+  }
+  out.workspace.kv = slot_view<__nv_bfloat16, 3>(
+      pool, slots::kKvWorkspace,
+      {static_cast<std::size_t>(config.max_requests), static_cast<std::size_t>(max_kv_rows(config)),
+       std::size_t{model::kHeadDim}});
+  out.workspace.combined_indices = slot_view<std::int32_t, 2>(
+      pool, slots::kCombined, {T, static_cast<std::size_t>(max_combined_width(config))});
+  out.workspace.combined_lens = slot_view<std::int32_t, 1>(pool, slots::kCombinedLens, {T});
+  return out;
+}
+
+Executor::Executor(model::PipelineConfig config, ExecutorOptions options)
+    : Executor(plan_executor(std::move(config), options), std::move(options)) {}
+
+Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
+    : config_(std::move(plan.config)),
+      options_(std::move(options)),
+      buckets_(std::move(plan.buckets)),
+      programs_(std::move(plan.programs)),
+      program_ratios_(std::move(plan.program_ratios)),
+      pool_(checked_pool(config_, options_, programs_, buckets_, std::move(plan.pool))),
+      encoder_(config_, options_.insert),
+      staged_{core::Event(false), core::Event(false)},
+      step_layout_(plan.step) {
+  ExecutorViews views = executor_views(config_, options_, pool_);
+  views_ = std::move(views.layers);
+  workspace_ = views.workspace;
+
+  const std::size_t meta_bytes = encoder_.layout().bytes();
+  chunk_meta_ = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kChunkMeta, meta_bytes));
+  status_ = reinterpret_cast<kernels::StatusBlock*>(pool_.bytes(slots::kStepStatus, sizeof(kernels::StatusBlock)));
+  // Unwritten metadata must never be garbage a kernel could trust, and the run's fault totals
+  // start at zero: start from zeros.
+  SPG_CUDA_TRY(cudaMemsetAsync(chunk_meta_, 0, meta_bytes, stream()));
+  SPG_CUDA_TRY(cudaMemsetAsync(status_, 0, sizeof(kernels::StatusBlock), stream()));
+  // The pool's own input buffers (those the caller fills: q, top-k, k rows, caches, sink) start
+  // defined, so that nothing reads memory nothing wrote (compute-sanitizer initcheck): warm-up runs
+  // every kernel of every bucket before the caller has written anything, and the combine loads a
+  // bucket's top-k rows before it knows the chunk's token count (the rows past it are never used).
+  // Top-k rows start as -1, "no index"; the rest as zeros. Bound buffers are the caller's.
+  for (std::size_t i = 0; i < views_.size(); ++i) {
+    const LayerBuffers given = options_.buffers.empty() ? LayerBuffers{} : options_.buffers[i];
+    const LayerBuffers& v = views_[i];
+    auto fill = [&](const auto& view, const auto& bound_view, int value) {
+      if (bound(bound_view) || view.data_handle() == nullptr) return;
+      SPG_CUDA_TRY(cudaMemsetAsync(view.data_handle(), value,
+                                   view.mapping().required_span_size() * sizeof(*view.data_handle()), stream()));
+    };
+    fill(v.q, given.q, 0);
+    fill(v.topk_indices, given.topk_indices, 0xff);
+    fill(v.k_rows, given.k_rows, 0);
+    fill(v.compressed_k_rows, given.compressed_k_rows, 0);
+    fill(v.attn_sink, given.attn_sink, 0);
+    for (const auto& [cache, bound_cache] : {std::pair{v.swa_cache, given.swa_cache},
+                                             std::pair{v.compressed_cache, given.compressed_cache}}) {
+      if (!bound(bound_cache) && cache.data != nullptr) {
+        SPG_CUDA_TRY(cudaMemsetAsync(cache.data, 0, cache.bytes(), stream()));
+      }
+    }
+  }
+  for (int s = 0; s < 2; ++s) {
+    staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStaging[s], meta_bytes));
+    std::memset(staging_[s], 0, meta_bytes);
+  }
+  if (step_layout_.max_chunks > 0) {
+    step_state_ = reinterpret_cast<std::int32_t*>(
+        pool_.bytes(slots::kStepState, static_cast<std::size_t>(step_layout_.header_words) * 4));
+    SPG_CUDA_TRY(cudaMemsetAsync(step_state_, 0, static_cast<std::size_t>(step_layout_.header_words) * 4, stream()));
+    for (int s = 0; s < 2; ++s) {
+      step_staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStepStaging[s], step_layout_.bytes()));
+      std::memset(step_staging_[s], 0, step_layout_.bytes());
+    }
+    kernels::StepLoop::can_implement(step_loop_args(0));
+    kernels::StepLoop::can_implement(step_loop_args(1));
+    splitter_ = std::make_unique<StepSplitter>(config_, step_layout_);
+    step_checks_.resize(static_cast<std::size_t>(step_layout_.max_chunks));
+    step_buckets_.resize(static_cast<std::size_t>(step_layout_.max_chunks));
+  }
+  SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+}
+
+void Executor::check_options(const model::PipelineConfig& config, const ExecutorOptions& options) {
+  (void)plan_executor(config, options);  // the constructor's host-only checks, in its order
+}
+
+Executor::~Executor() {
+  // Graphs and the pool must not be torn down under running work, on whichever stream it runs.
+  for (int s = 0; s < 2; ++s) {
+    if (staged_pending_[s]) core::detail::report_release_failure("executor step", cudaEventSynchronize(staged_[s].get()));
+  }
+  core::detail::report_release_failure("executor stream work", cudaStreamSynchronize(stream_.get()));
+}
+
+PipelineBuffers Executor::pipeline_buffers() const noexcept {
+  PipelineBuffers b;
+  for (int s = 0; s < 2; ++s) b.staging[s] = reinterpret_cast<const std::byte*>(staging_[s]);
+  b.chunk_meta = chunk_meta_;
+  b.status = status_;
+  b.workspace = workspace_;
+  b.attention_workspace = attention_workspace_;
+  b.layers = &views_;
+  return b;
+}
+
+WarmupReport Executor::warmup() {
+  SPG_EXPECTS_AS(StateError, !warmed_up_, "Executor::warmup: already warmed up");
+  const detail::TraceRange range(detail::TracePhase::warmup);
+  WarmupReport report;
+  report.buckets = buckets_.size();
+  report.programs = programs();
+
+  // A warm-up that failed part-way may be called again: the workspace carved then is reused, and
+  // the recordings and graphs are only kept once all of them exist.
+  const std::size_t ws_bytes = attention_headroom(config_, programs_, buckets_);
+  if (ws_bytes > 0) {
+    if (pool_.plan().find(slots::kAttentionWorkspace) == nullptr) {
+      pool_.carve(memory::SlotSpec{slots::kAttentionWorkspace, ws_bytes, 256, memory::MemoryKind::device,
+                                   "split-top-k partials"});
+    }
+    attention_workspace_ = pool_.bytes(slots::kAttentionWorkspace, ws_bytes);
+  }
+
+  std::vector<Entry> entries(programs_.size() * static_cast<std::size_t>(buckets_.size()));
+  const PipelineBuffers buffers = pipeline_buffers();
+  {
+    const detail::TraceRange prepare(detail::TracePhase::prepare);
+    for (int p = 0; p < programs(); ++p) {
+      for (int b = 0; b < buckets_.size(); ++b) {
+        entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) + static_cast<std::size_t>(b)]
+            .pipeline = std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)],
+                                                   buckets_.r_of(b), buckets_.t_of(b), options_.insert);
+      }
+    }
+  }
+  report.kernel_launches_per_step = entries[static_cast<std::size_t>(buckets_.size()) - 1].pipeline->kernel_launches();
+
+  // One eager pass over every shape with an empty chunk: loads every kernel and checks every launch.
+  const ChunkInput empty{};
+  const ChunkCheck checked = encoder_.check(empty, program_ratios_[0]);
+  SPG_EXPECTS_AS(StateError, checked.status == RunStatus::ok,
+                 "warm-up: the empty chunk was refused: " << run_status_name(checked.status));
+  std::chrono::steady_clock::time_point t0;
+  {
+    const detail::TraceRange eager_pass(detail::TracePhase::eager_pass);
+    encoder_.write(empty, checked, program_ratios_[0], staging_[0]);
+    t0 = std::chrono::steady_clock::now();
+    for (auto& e : entries) SPG_CUDA_TRY(e.pipeline->record(0, stream()));
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+  }
+  report.eager_ms = ms_since(t0);
+
+  std::size_t free_before = 0;
+  std::size_t free_after = 0;
+  std::size_t total = 0;
+  if (options_.capture) {
+    SPG_CUDA_TRY(cudaMemGetInfo(&free_before, &total));
+    t0 = std::chrono::steady_clock::now();
+    for (int p = 0; p < programs(); ++p) {
+      for (int b = buckets_.size() - 1; b >= 0; --b) {  // largest first
+        Entry& e = entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) +
+                           static_cast<std::size_t>(b)];
+        for (int s = 0; s < 2; ++s) {
+          const Graph graph = [&] {
+            const detail::TraceRange capture(detail::TracePhase::capture, b);
+            CaptureGuard guard(stream());
+            SPG_CUDA_TRY(e.pipeline->record(s, stream()));
+            return guard.finish();
+          }();
+          const detail::TraceRange instantiate(detail::TracePhase::instantiate, b);
+          e.exec[s] = GraphExec::instantiate(graph, stream());
+          ++report.graphs;
+        }
+      }
+    }
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+    report.capture_ms = ms_since(t0);
+  }
+  std::vector<std::vector<const Pipeline*>> bodies(programs_.size());
+  for (std::size_t p = 0; p < programs_.size(); ++p) {
+    for (int b = 0; b < buckets_.size(); ++b) {
+      bodies[p].push_back(entries[p * static_cast<std::size_t>(buckets_.size()) + static_cast<std::size_t>(b)].pipeline.get());
+    }
+  }
+  std::vector<std::array<GraphExec, 2>> step_execs;
+  if (step_layout_.max_chunks > 0) {
+    // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's body.
+    const int one[1] = {0};
+    std::int32_t* const block = step_staging_[0];
+    block[kernels::StepStateWords::count] = 1;
+    block[kernels::StepStateWords::buckets] = 0;
+    encoder_.write(empty, checked, program_ratios_[0], block + step_layout_.chunk_offset(0));
+    SPG_CUDA_TRY(record_step_eager(step_loop_args(0), bodies[0], one, stream()));
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+    block[kernels::StepStateWords::count] = 0;
+    if (options_.capture) {
+      const auto t1 = std::chrono::steady_clock::now();
+      step_execs.resize(programs_.size());
+      for (std::size_t p = 0; p < programs_.size(); ++p) {
+        for (int s = 0; s < 2; ++s) {
+          const StepGraph g = build_step_graph(step_loop_args(s), bodies[p], stream());
+          step_execs[p][static_cast<std::size_t>(s)] = GraphExec::instantiate(g.graph, stream());
+          ++report.step_graphs;
+        }
+      }
+      SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+      report.capture_ms += ms_since(t1);
+    }
+  }
+  if (options_.capture) {
+    SPG_CUDA_TRY(cudaMemGetInfo(&free_after, &total));
+    report.graph_device_bytes = static_cast<std::int64_t>(free_before) - static_cast<std::int64_t>(free_after);
+  }
+  entries_ = std::move(entries);
+  bodies_ = std::move(bodies);
+  step_execs_ = std::move(step_execs);
+  pool_.seal();
+  report.pool_device_bytes = pool_.device_bytes();
+  report.pool_pinned_bytes = pool_.pinned_bytes();
+  report.pool_allocation_calls = pool_.allocation_calls();
+  warmed_up_ = true;
+  return report;
+}
+
+Graph Executor::record_graph(int program, int bucket, int staging) const {
+  SPG_EXPECTS_AS(StateError, warmed_up_, "Executor::record_graph: warmup() has not run");
+  core::Stream s;
+  CaptureGuard guard(s.get());
+  SPG_CUDA_TRY(pipeline(program, bucket).record(staging, s.get()));
+  return guard.finish();
+}
+
+RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept {
+  RunResult result;
+  if (!warmed_up_ || (graph && !options_.capture)) {
+    result.status = RunStatus::not_warmed_up;
+    return result;
+  }
+  if (program < 0 || program >= programs()) {
+    result.status = RunStatus::bad_program;
+    return result;
+  }
+  const detail::TraceRange range(graph ? detail::TracePhase::step_graph : detail::TracePhase::step_eager);
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.time_host_phases;
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  const int mask = program_ratios_[static_cast<std::size_t>(program)];
+  const ChunkCheck checked = encoder_.check(chunk, mask);
+  if (checked.status != RunStatus::ok) {
+    result.status = checked.status;
+    result.bad_request = checked.bad_request;
+    result.bad_field = checked.bad_field;
+    result.bad_reason = checked.bad_reason;
+    return result;
+  }
+  result.bucket = buckets_.lookup(checked.requests, checked.tokens);
+  if (result.bucket < 0) {
+    result.status = RunStatus::no_bucket;
+    return result;
+  }
+  const int s = static_cast<int>(steps_ & 1);
+  if (!acquire_staging(s, result)) return result;
+  encoder_.write(chunk, checked, mask, staging_[s]);
+  Entry* e = entry(program, result.bucket);
+  const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
+  submit(s, stream, result, [&] { return graph ? e->exec[s].launch(stream) : e->pipeline->record(s, stream); });
+  // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
+  if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;
+  return result;
+}
+
+bool Executor::acquire_staging(int s, RunResult& result) noexcept {
+  // The staging hazard: block s was last read by the launch two steps ago. Its event is recorded
+  // after that whole launch, so the host waits only when it is two full steps ahead of the device.
+  // Chunk and step launches share the count and the events: each launch is ordered after the one
+  // before, so block s of either kind is free once the event of the last launch of parity s is.
+  if (!staged_pending_[s]) return true;
+  using Clock = std::chrono::steady_clock;
+  cudaError_t q = cudaEventQuery(staged_[s].get());
+  if (q == cudaErrorNotReady) {
+    ++host_waits_;
+    const auto w0 = Clock::now();
+    q = cudaEventSynchronize(staged_[s].get());
+    result.waited_us = std::chrono::duration<double, std::micro>(Clock::now() - w0).count();
+  }
+  if (q != cudaSuccess) {
+    result.status = RunStatus::cuda_error;
+    result.cuda = q;
+    return false;
+  }
+  staged_pending_[s] = false;
+  return true;
+}
+
+template <class Launch>
+void Executor::submit(int s, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept {
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.time_host_phases;
+  const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
+  // Steps share the pool's metadata block and workspaces: a step on another stream than the last
+  // one waits for it on the device.
+  cudaError_t err = cudaSuccess;
+  if (steps_ > 0 && stream != last_stream_) err = cudaStreamWaitEvent(stream, staged_[(steps_ - 1) & 1].get(), 0);
+  if (err == cudaSuccess) err = launch();
+  const Clock::time_point t2 = timed ? Clock::now() : Clock::time_point{};
+  if (err == cudaSuccess) err = cudaEventRecord(staged_[s].get(), stream);
+  if (timed) {
+    using Us = std::chrono::duration<double, std::micro>;
+    result.phases.launch_us = Us(t2 - t1).count();
+    result.phases.record_us = Us(Clock::now() - t2).count();
+  }
+  if (err != cudaSuccess) {
+    // Part of the step may be queued and still read staging block s: let it drain before the
+    // block can be written again (the error path only).
+    (void)cudaStreamSynchronize(stream);
+    result.status = RunStatus::cuda_error;
+    result.cuda = err;
+    return;
+  }
+  staged_pending_[s] = true;
+  last_stream_ = stream;
+  ++steps_;
+}
+
+kernels::StepLoopArgs Executor::step_loop_args(int staging) const noexcept {
+  kernels::StepLoopArgs a;
+  a.staging = step_staging_[staging & 1];
+  a.state = step_state_;
+  a.max_chunks = step_layout_.max_chunks;
+  a.chunk_bytes = static_cast<std::size_t>(step_layout_.chunk_words) * 4;
+  a.header_words = step_layout_.header_words;
+  a.chunk_meta = chunk_meta_;
+  a.status = status_;
+  return a;
+}
+
+RunResult Executor::launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept {
+  RunResult result;
+  if (!warmed_up_ || step_layout_.max_chunks == 0 || (graph && !options_.capture)) {
+    result.status = RunStatus::not_warmed_up;
+    return result;
+  }
+  if (program < 0 || program >= programs()) {
+    result.status = RunStatus::bad_program;
+    return result;
+  }
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.time_host_phases;
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  const StepSplit split = splitter_->split(step);
+  if (split.status != RunStatus::ok) {
+    result.status = split.status;
+    result.bad_request = split.bad_request;
+    result.bad_field = split.bad_field;
+    result.bad_reason = split.bad_reason;
+    return result;
+  }
+  result.chunks = split.chunks;
+  // Every chunk is checked before anything is written: a refused step leaves the staging block as it was.
+  const int mask = program_ratios_[static_cast<std::size_t>(program)];
+  for (int c = 0; c < split.chunks; ++c) {
+    const ChunkInput chunk = splitter_->chunk(c);
+    ChunkCheck& checked = step_checks_[static_cast<std::size_t>(c)];
+    checked = encoder_.check(chunk, mask);
+    int bucket = -1;
+    if (checked.status == RunStatus::ok) {
+      bucket = buckets_.lookup(checked.requests, checked.tokens);
+      if (bucket < 0) checked.status = RunStatus::no_bucket;
+    }
+    if (checked.status != RunStatus::ok) {
+      result.status = checked.status;
+      result.bad_chunk = c;
+      result.bad_request = checked.bad_request < 0 ? -1 : splitter_->request_of(c, checked.bad_request);
+      result.bad_field = checked.bad_field;
+      result.bad_reason = checked.bad_reason;
+      return result;
+    }
+    step_buckets_[static_cast<std::size_t>(c)] = bucket;
+  }
+  const int s = static_cast<int>(steps_ & 1);
+  if (!acquire_staging(s, result)) return result;
+  std::int32_t* const block = step_staging_[s];
+  for (int c = 0; c < split.chunks; ++c) {
+    encoder_.write(splitter_->chunk(c), step_checks_[static_cast<std::size_t>(c)], mask,
+                   block + step_layout_.chunk_offset(c));
+    block[kernels::StepStateWords::buckets + c] = step_buckets_[static_cast<std::size_t>(c)];
+  }
+  block[kernels::StepStateWords::count] = split.chunks;
+  const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
+  const std::vector<const Pipeline*>& bodies = bodies_[static_cast<std::size_t>(program)];
+  submit(s, stream, result, [&] {
+    return graph ? step_execs_[static_cast<std::size_t>(program)][static_cast<std::size_t>(s)].launch(stream)
+                 : record_step_eager(step_loop_args(s), bodies,
+                                     std::span<const int>(step_buckets_.data(), static_cast<std::size_t>(split.chunks)),
+                                     stream);
+  });
+  // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
+  if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;
+  return result;
+}
+
+RunResult Executor::run(const StepInput& step, int program, cudaStream_t stream) noexcept {
+  return launch_step(step, program, true, stream);
+}
+RunResult Executor::run_eager(const StepInput& step, int program, cudaStream_t stream) noexcept {
+  return launch_step(step, program, false, stream);
+}
+
+StepGraph Executor::record_step_graph(int program, int staging) const {
+  SPG_EXPECTS_AS(StateError, warmed_up_, "Executor::record_step_graph: warmup() has not run");
+  SPG_EXPECTS_AS(StateError, step_layout_.max_chunks > 0,
+                 "Executor::record_step_graph: the executor has no steps (max_step_requests = 0)");
+  SPG_EXPECTS(program >= 0 && program < programs(),
+              "program = " << program << " must be in [0, " << programs() << ")");
+  core::Stream s;
+  return build_step_graph(step_loop_args(staging), bodies_.at(static_cast<std::size_t>(program)), s.get());
+}
+
+RunResult Executor::run(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept {
+  return launch(chunk, program, true, stream);
+}
+RunResult Executor::run_eager(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept {
+  return launch(chunk, program, false, stream);
+}
+
+void Executor::synchronize() const {
+  for (int s = 0; s < 2; ++s) {
+    if (staged_pending_[s]) SPG_CUDA_TRY(cudaEventSynchronize(staged_[s].get()));
+  }
+  SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
+}
+
+kernels::StepStatus Executor::read_status() const {
+  kernels::StepStatus status{};
+  synchronize();
+  SPG_CUDA_TRY(cudaMemcpy(&status, &status_->step, sizeof status, cudaMemcpyDeviceToHost));
+  return status;
+}
+
+kernels::RunFaults Executor::read_run_faults() const {
+  kernels::StatusBlock block{};
+  synchronize();
+  SPG_CUDA_TRY(cudaMemcpy(&block, status_, sizeof block, cudaMemcpyDeviceToHost));
+  kernels::RunFaults run = block.run;
+  run.add(block.step);  // the last step's counts, which no stage-in has folded in yet
+  return run;
+}
+
+}  // namespace spg::graphs

@@ -1,0 +1,275 @@
+// Executor: plans and allocates the pool for what the caller did not bind, captures one CUDA
+// graph per (program, chunk shape, staging block), and replays them on the caller's stream: one
+// graph launch per step, no allocation (docs/graphs.md).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "spgraph/core/resources.hpp"
+#include "spgraph/graphs/buckets.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
+#include "spgraph/graphs/graph.hpp"
+#include "spgraph/graphs/layer_buffers.hpp"
+#include "spgraph/graphs/run_status.hpp"
+#include "spgraph/graphs/step.hpp"
+#include "spgraph/kernels/step_status.hpp"
+#include "spgraph/memory/buffer_pool.hpp"
+#include "spgraph/model/pipeline_config.hpp"
+
+namespace spg::graphs {
+
+// The recording of one (program, bucket) and the pointers it is recorded over: internal
+// (src/spgraph/graphs/pipeline.hpp, not installed); the executor holds its recordings through pointers.
+class Pipeline;
+struct PipelineBuffers;
+
+/// @brief How an executor is set up.
+struct ExecutorOptions {
+  std::vector<int> r_buckets;               ///< empty: BucketSet::make_default
+  std::vector<int> t_buckets;               ///< empty: BucketSet::make_default
+  std::vector<std::vector<int>> programs;   ///< layer lists; empty: one program of every layer
+  bool insert{true};                        ///< record the insert stage (quantize new K rows into the caches)
+  bool capture{true};                       ///< false: eager only (debugging); run() then fails
+  /// Time the host phases of every run() into RunResult::phases (three clock reads a step).
+  bool time_host_phases{false};
+  /// The caller's buffers, one LayerBuffers per layer (or none): a member with data is used in
+  /// place, the rest is planned in the pool (docs/memory.md, "Engine-owned buffers").
+  std::vector<LayerBuffers> buffers;
+  /// Steps (run(StepInput), docs/graphs.md "Steps"): the most requests and tokens one step may
+  /// hold. Both 0: no step graph (run(StepInput) reports not_warmed_up); otherwise both in
+  /// [1, kMaxStepRequests] / [1, kMaxStepTokens]. Warm-up then captures one step graph per
+  /// program and staging block, holding one body per bucket.
+  int max_step_requests{0};
+  int max_step_tokens{0};
+};
+
+/// @brief What an executor is sized from, worked out on the host before any CUDA call: the
+///        validated config, the buckets, the layer programs (and the ratios each uses) and the
+///        pool plan of what the caller did not bind.
+struct ExecutorPlan {
+  model::PipelineConfig config;
+  BucketSet buckets;
+  std::vector<std::vector<int>> programs;
+  std::vector<int> program_ratios;  ///< per program: bit ratio_index(r) set for each ratio r its layers use
+  memory::PoolPlan pool;  ///< without the attention workspace, which warm-up carves (its size asks the device)
+  StepLayout step;        ///< the step staging block; max_chunks == 0 without steps
+};
+
+/// @brief The executor's host-side planning, in the order it validates: the config
+///        (PipelineConfig::validate), the bucket lists, the programs, the bindings' shapes and
+///        overlaps (check_binding_shapes), then the pool plan. Makes no CUDA call, so a config
+///        error never waits behind a device query or an allocation (planning tools and fuzzers
+///        call it without a GPU).
+/// @throws InvalidArgument naming the first field at fault.
+[[nodiscard]] ExecutorPlan plan_executor(model::PipelineConfig config, const ExecutorOptions& options);
+
+/// @brief Every layer's buffers and the step's shared workspaces as typed views.
+struct ExecutorViews {
+  std::vector<LayerBuffers> layers;
+  StepWorkspace workspace;
+};
+
+/// @brief The views an executor hands out: the caller's buffer where `options` binds one, else
+///        the pool's slot for it. Host only (the pool may be host-backed: planning tools, fuzzers).
+/// @throws InvalidArgument / CapacityError when the pool lacks a slot or a slot is too small.
+[[nodiscard]] ExecutorViews executor_views(const model::PipelineConfig& config, const ExecutorOptions& options,
+                                           const memory::BufferPool& pool);
+
+/// @brief What warm-up did and what it holds (table D of docs/benchmarks.md).
+struct WarmupReport {
+  int graphs{0};                     ///< chunk graphs (programs x buckets x 2 staging blocks)
+  int step_graphs{0};                ///< step graphs (programs x 2 staging blocks; 0 without steps)
+  int buckets{0};
+  int programs{0};
+  double eager_ms{0};                ///< one eager run of every bucket
+  double capture_ms{0};              ///< capture + instantiate + upload of every graph
+  std::int64_t graph_device_bytes{0};///< cudaMemGetInfo delta across capture and instantiation
+  std::size_t pool_device_bytes{0};
+  std::size_t pool_pinned_bytes{0};
+  int pool_allocation_calls{0};
+  int kernel_launches_per_step{0};   ///< graph nodes of program 0 at its largest bucket
+};
+
+struct RunResult {
+  RunStatus status{RunStatus::ok};
+  cudaError_t cuda{cudaSuccess};
+  int bucket{-1};
+  /// run(StepInput): the chunks the step was split into; for a refused chunk, which one (the
+  /// request at fault is then the step's request index).
+  int chunks{0};
+  int bad_chunk{-1};
+  /// bad_chunk: the request at fault (-1 for a chunk-wide field), the field and what is wrong
+  /// with it (static strings).
+  int bad_request{-1};
+  const char* bad_field{nullptr};
+  const char* bad_reason{nullptr};
+  /// Microseconds the host spent waiting for the device to release a staging block (0 unless the
+  /// host was two steps ahead): time the device owed, not host work.
+  double waited_us{0.0};
+  /// Host microseconds per phase; filled only with ExecutorOptions::time_host_phases.
+  struct Phases {
+    double staging_us{0.0};  ///< checking the chunk and filling the staging block (waited_us excluded)
+    double launch_us{0.0};   ///< cudaGraphLaunch (or the eager launches)
+    double record_us{0.0};   ///< recording the staging block's release event
+  } phases;
+  [[nodiscard]] bool ok() const noexcept { return status == RunStatus::ok; }
+};
+
+class Executor {
+ public:
+  /// Validates the config, the options and the bound buffers, then plans the pool for the rest and
+  /// allocates it (the only allocations the executor ever makes, with the graphs' own at warm-up).
+  /// Nothing is allocated before every check has passed.
+  /// @throws InvalidArgument (naming the field, or the layer and buffer), CapacityError, CudaError.
+  explicit Executor(model::PipelineConfig config, ExecutorOptions options = {});
+  /// Every check the constructor makes before its first CUDA call, in its order (the config, the
+  /// buckets, the programs, the bound buffers' shapes and overlaps), without a device: for
+  /// bindings (the Python package) and tools that must refuse before touching the GPU. The
+  /// constructor still checks device residency, which this cannot.
+  /// @throws InvalidArgument as the constructor would.
+  static void check_options(const model::PipelineConfig& config, const ExecutorOptions& options);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  /// Runs every bucket of every program once eagerly, captures them all (largest first),
+  /// instantiates and uploads, then seals the pool. @throws on any failure, leaving no capture open.
+  WarmupReport warmup();
+
+  /// The replay path: checks the chunk, fills a staging block, launches the chunk's graph on
+  /// `stream` (the executor's own stream by default) and returns. Never throws, never allocates,
+  /// never waits except when the host is two steps ahead of the device.
+  ///
+  /// The graph reads q, top-k and the K rows when it runs: the caller's writes of them must be
+  /// ordered before it on `stream` (issue them on `stream`, or make `stream` wait on an event).
+  /// Steps on different streams are ordered by the executor (each step waits for the one before:
+  /// they share the pool's workspace), and the outputs are ready in `stream`'s order.
+  [[nodiscard]] RunResult run(const ChunkInput& chunk, int program = 0) noexcept { return run(chunk, program, stream()); }
+  [[nodiscard]] RunResult run(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept;
+  /// The same recording launched kernel by kernel, for comparison and debugging.
+  [[nodiscard]] RunResult run_eager(const ChunkInput& chunk, int program = 0) noexcept {
+    return run_eager(chunk, program, stream());
+  }
+  [[nodiscard]] RunResult run_eager(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept;
+
+  /// A whole step in one graph launch (docs/graphs.md, "Steps"): splits `step` into chunks by the
+  /// scheduler's rule, checks them all, writes every chunk's metadata into one staging block and
+  /// launches the program's step graph once; the device loops over the chunks, each at its own
+  /// bucket. A step of no requests launches and runs no chunk. Refused (nothing written): a step
+  /// over max_step_requests / max_step_tokens (no_bucket), a bad request or chunk (bad_chunk,
+  /// with bad_chunk and bad_request the step's indices). Never throws, never allocates.
+  ///
+  /// Every chunk reads its q, top-k and K rows from rows [0, its tokens) of the layer buffers and
+  /// writes its outputs there, as run(chunk) does: the chunks of a step run in order, and what
+  /// stays in the buffers after the step is what k run(chunk) calls in a row leave.
+  [[nodiscard]] RunResult run(const StepInput& step, int program = 0) noexcept { return run(step, program, stream()); }
+  [[nodiscard]] RunResult run(const StepInput& step, int program, cudaStream_t stream) noexcept;
+  /// The same step launched from a host loop (head, then per chunk its kernels), for comparison;
+  /// works with capture off too.
+  [[nodiscard]] RunResult run_eager(const StepInput& step, int program = 0) noexcept {
+    return run_eager(step, program, stream());
+  }
+  [[nodiscard]] RunResult run_eager(const StepInput& step, int program, cudaStream_t stream) noexcept;
+  /// Records program `program`'s step graph for staging block `staging`, as warm-up built it: for
+  /// counting its nodes. @throws StateError before warm-up or without steps; CudaError.
+  [[nodiscard]] StepGraph record_step_graph(int program, int staging) const;
+  [[nodiscard]] const StepLayout& step_layout() const noexcept { return step_layout_; }
+
+  /// Waits for every submitted step. @throws CudaError.
+  void synchronize() const;
+  /// Copies the last completed step's fault counters to the host (waits for it first).
+  [[nodiscard]] kernels::StepStatus read_status() const;
+  /// The fault counters of every step since construction (warm-up's included), the last one's
+  /// too: what a serving loop reports and fails on (waits for the submitted steps first).
+  /// @throws CudaError.
+  [[nodiscard]] kernels::RunFaults read_run_faults() const;
+
+  /// Every buffer of layer `l`, bound or pooled, as typed views (empty where the layer has none).
+  [[nodiscard]] const LayerBuffers& layer(std::size_t l) const { return views_.at(l); }
+  /// The workspaces the layers of a step share: the gathered kv rows, the combined indices and lengths.
+  [[nodiscard]] const StepWorkspace& workspace() const noexcept { return workspace_; }
+
+  [[nodiscard]] const model::PipelineConfig& config() const noexcept { return config_; }
+  [[nodiscard]] const BucketSet& buckets() const noexcept { return buckets_; }
+  /// The pool: what was planned for the unbound buffers, slot by slot (plan().table()).
+  [[nodiscard]] const memory::BufferPool& pool() const noexcept { return pool_; }
+  [[nodiscard]] memory::BufferPool& pool() noexcept { return pool_; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }
+  [[nodiscard]] int programs() const noexcept { return static_cast<int>(programs_.size()); }
+  [[nodiscard]] const std::vector<int>& program_layers(int p) const { return programs_.at(static_cast<std::size_t>(p)); }
+  /// The recording behind (program, bucket), after warmup(); for per-stage timing.
+  [[nodiscard]] const Pipeline& pipeline(int program, int bucket) const {
+    return *entries_.at(static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
+                        static_cast<std::size_t>(bucket)).pipeline;
+  }
+  /// Records (program, bucket, staging block) into a new graph, exactly as warm-up captured it:
+  /// for inspecting what a replay launches (node counts, kernel arguments). After warmup().
+  /// @throws StateError before warm-up; CudaError when the capture fails.
+  [[nodiscard]] Graph record_graph(int program, int bucket, int staging) const;
+  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] std::uint64_t host_waits() const noexcept { return host_waits_; }
+
+ private:
+  // From plan_executor(config, options) with the same options. A reference, so that the public
+  // constructor's plan_executor(config, options) reads the options before they are moved from.
+  Executor(ExecutorPlan plan, ExecutorOptions&& options);
+
+  struct Entry {
+    std::unique_ptr<Pipeline> pipeline;
+    GraphExec exec[2];  // one per staging block
+  };
+  Entry* entry(int program, int bucket) noexcept {
+    return &entries_[static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
+                     static_cast<std::size_t>(bucket)];
+  }
+  RunResult launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept;
+  RunResult launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept;
+  // The replay path's shared parts: wait until staging block s is free; order the launch after
+  // the last step on another stream, launch, record the block's event and count the step.
+  bool acquire_staging(int s, RunResult& result) noexcept;
+  template <class Launch>
+  void submit(int s, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept;
+  kernels::StepLoopArgs step_loop_args(int staging) const noexcept;
+  std::vector<const Pipeline*> program_bodies(int program) const;
+  PipelineBuffers pipeline_buffers() const noexcept;
+
+  model::PipelineConfig config_;
+  ExecutorOptions options_;
+  BucketSet buckets_;
+  std::vector<std::vector<int>> programs_;
+  std::vector<int> program_ratios_;  // bit i set: program uses ratio kRatios[i]
+  memory::BufferPool pool_;
+  ChunkEncoder encoder_;
+  std::vector<LayerBuffers> views_;  // every layer's buffers, bound or pooled
+  StepWorkspace workspace_;
+  std::int32_t* chunk_meta_{nullptr};
+  kernels::StatusBlock* status_{nullptr};
+  std::int32_t* staging_[2]{nullptr, nullptr};  // pinned staging blocks, resolved once (no lookups per step)
+  core::Stream stream_;
+  core::Event staged_[2];  // recorded after the launch that read staging block s
+  bool staged_pending_[2]{false, false};
+  cudaStream_t last_stream_{nullptr};  // the stream of the last launched step (its event is staged_[(steps_ - 1) & 1])
+  std::vector<Entry> entries_;
+  // Steps: the staging blocks, the device step state, the split's scratch, each program's step
+  // graphs (one per staging block) and bucket bodies (the pipelines, in bucket order).
+  StepLayout step_layout_;
+  std::int32_t* step_staging_[2]{nullptr, nullptr};
+  std::int32_t* step_state_{nullptr};
+  std::unique_ptr<StepSplitter> splitter_;
+  std::vector<ChunkCheck> step_checks_;
+  std::vector<int> step_buckets_;
+  std::vector<std::vector<const Pipeline*>> bodies_;
+  std::vector<std::array<GraphExec, 2>> step_execs_;
+  void* attention_workspace_{nullptr};
+  bool warmed_up_{false};
+  std::uint64_t steps_{0};
+  std::uint64_t host_waits_{0};
+};
+
+}  // namespace spg::graphs

@@ -1,0 +1,209 @@
+// Steps: see step.hpp and docs/graphs.md, "Steps".
+#include "spgraph/graphs/step.hpp"
+
+#include <string>
+
+#include "spgraph/core/error.hpp"
+#include "spgraph/graphs/pipeline.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
+
+namespace spg::graphs {
+
+namespace {
+
+StepSplit refuse(RunStatus status, int request, const char* field, const char* reason) noexcept {
+  StepSplit s;
+  s.status = status;
+  s.bad_request = request;
+  s.bad_field = field;
+  s.bad_reason = reason;
+  return s;
+}
+
+/// Records into `graph` by stream capture (the graph may already hold nodes; the capture starts
+/// from none of them). The capture is ended on every path.
+template <class Record>
+void capture_into(cudaGraph_t graph, cudaStream_t stream, Record&& record) {
+  SPG_CUDA_TRY(cudaStreamBeginCaptureToGraph(stream, graph, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
+  const cudaError_t recorded = record();
+  cudaGraph_t out = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &out);
+  SPG_CUDA_TRY(recorded);
+  SPG_CUDA_TRY(ended);
+}
+
+/// The one node of a graph that holds exactly one.
+cudaGraphNode_t only_node(cudaGraph_t graph) {
+  std::size_t n = 1;
+  cudaGraphNode_t node = nullptr;
+  SPG_CUDA_TRY(cudaGraphGetNodes(graph, &node, &n));
+  SPG_EXPECTS_AS(StateError, n == 1, "step graph: expected one node, the capture made " << n);
+  return node;
+}
+
+std::size_t nodes_of(cudaGraph_t g) {
+  std::size_t n = 0;
+  SPG_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &n));
+  return n;
+}
+
+}  // namespace
+
+StepLayout StepLayout::make(const model::PipelineConfig& config, int max_step_requests, int max_step_tokens) {
+  SPG_EXPECTS(max_step_requests >= 1 && max_step_requests <= kMaxStepRequests,
+              "max_step_requests = " << max_step_requests << " must be in [1, " << kMaxStepRequests << "]");
+  SPG_EXPECTS(max_step_tokens >= 1 && max_step_tokens <= kMaxStepTokens,
+              "max_step_tokens = " << max_step_tokens << " must be in [1, " << kMaxStepTokens << "]");
+  StepLayout l;
+  l.max_requests = max_step_requests;
+  l.max_tokens = max_step_tokens;
+  l.max_chunks = max_split_chunks(max_step_requests, max_step_tokens, config.max_tokens);
+  l.header_words = kernels::StepStateWords::header_words(l.max_chunks);
+  l.chunk_words = ChunkMetaLayout::make(config).words;
+  return l;
+}
+
+void plan_step_slots(memory::PoolPlan& plan, const StepLayout& layout) {
+  if (layout.max_chunks == 0) return;
+  for (const char* staging : slots::kStepStaging) {
+    plan.add(memory::SlotSpec{staging, layout.bytes(), 256, memory::MemoryKind::pinned_host,
+                              "int32 (step staging: header, " + std::to_string(layout.max_chunks) + " chunk blocks)"});
+  }
+  plan.add(memory::SlotSpec{slots::kStepState, static_cast<std::size_t>(layout.header_words) * 4, 256,
+                            memory::MemoryKind::device, "int32 (step state)"});
+}
+
+StepSplitter::StepSplitter(const model::PipelineConfig& config, const StepLayout& layout)
+    : limits_{config.max_requests, config.max_tokens, 0},
+      layout_(layout),
+      pieces_(static_cast<std::size_t>(layout.max_requests + layout.max_chunks)),
+      piece_request_(pieces_.size()),
+      chunk_begin_(static_cast<std::size_t>(layout.max_chunks) + 1) {}
+
+StepSplit StepSplitter::split(const StepInput& step) noexcept {
+  if (step.requests.size() > static_cast<std::size_t>(layout_.max_requests)) {
+    return refuse(RunStatus::no_bucket, -1, "step.requests", "more requests than max_step_requests");
+  }
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < step.requests.size(); ++i) {
+    const RequestInput& r = step.requests[i];
+    const int b = static_cast<int>(i);
+    if (r.query_len < 1) return refuse(RunStatus::bad_chunk, b, "query_len", "must be at least 1 in a step");
+    if (r.seq_len < r.query_len) return refuse(RunStatus::bad_chunk, b, "seq_len", "is below query_len");
+    tokens += r.query_len;
+  }
+  if (tokens > layout_.max_tokens) {
+    return refuse(RunStatus::no_bucket, -1, "step.tokens", "more tokens than max_step_tokens");
+  }
+  SplitCursor at;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < step.requests.size(); ++i) {
+    const RequestInput& r = step.requests[i];
+    int left = r.query_len;
+    int end = r.seq_len - r.query_len;
+    while (left > 0) {
+      const ChunkPiece p = next_piece(limits_, at, left, left < r.query_len);
+      advance(at, p);
+      // max_chunks bounds every split of a step within the maxima (chunk_split.hpp): a guard, not a case.
+      if (at.chunks > layout_.max_chunks || n >= pieces_.size()) {
+        return refuse(RunStatus::no_bucket, static_cast<int>(i), "step", "splits into more chunks than planned");
+      }
+      if (p.new_chunk) chunk_begin_[static_cast<std::size_t>(at.chunks - 1)] = static_cast<int>(n);
+      end += p.tokens;
+      RequestInput& piece = pieces_[n];
+      piece = r;
+      piece.query_len = p.tokens;
+      piece.seq_len = end;
+      piece_request_[n] = static_cast<int>(i);
+      ++n;
+      left -= p.tokens;
+    }
+  }
+  chunk_begin_[static_cast<std::size_t>(at.chunks)] = static_cast<int>(n);
+  StepSplit s;
+  s.chunks = at.chunks;
+  return s;
+}
+
+ChunkInput StepSplitter::chunk(int c) const noexcept {
+  const auto begin = static_cast<std::size_t>(chunk_begin_[static_cast<std::size_t>(c)]);
+  const auto end = static_cast<std::size_t>(chunk_begin_[static_cast<std::size_t>(c) + 1]);
+  ChunkInput in;
+  in.requests = std::span<const RequestInput>(pieces_.data() + begin, end - begin);
+  return in;
+}
+
+std::size_t StepGraph::node_count() const {
+  std::size_t n = nodes_of(graph.get()) + nodes_of(loop_body);
+  for (cudaGraph_t b : bucket_bodies) n += nodes_of(b);
+  return n;
+}
+
+std::size_t StepGraph::expected_nodes(std::span<const Pipeline* const> bodies) noexcept {
+  std::size_t n = 4;  // head, WHILE; next, SWITCH
+  for (const Pipeline* p : bodies) n += static_cast<std::size_t>(p->kernel_launches());
+  return n;
+}
+
+StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
+                           cudaStream_t stream) {
+  kernels::StepLoop::can_implement(args);
+  SPG_EXPECTS(!bodies.empty(), "build_step_graph: no bucket bodies");
+  StepGraph out;
+  cudaGraph_t top = nullptr;
+  SPG_CUDA_TRY(cudaGraphCreate(&top, 0));
+  out.graph = Graph(top);
+
+  kernels::StepConditionals cond;
+  cond.set = true;
+  // Both handles belong to the top graph: a handle may drive a conditional node in its graph or
+  // in any graph below it, and next (in the loop body) sets both.
+  SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.loop, top, 0, 0));
+  SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.select, top, 0, 0));
+  capture_into(top, stream, [&] { return kernels::StepLoop::run_head(args, cond, stream); });
+  const cudaGraphNode_t head = only_node(top);
+
+  cudaGraphNodeParams loop{};
+  loop.type = cudaGraphNodeTypeConditional;
+  loop.conditional.handle = cond.loop;
+  loop.conditional.type = cudaGraphCondTypeWhile;
+  loop.conditional.size = 1;
+  cudaGraphNode_t loop_node = nullptr;
+  SPG_CUDA_TRY(cudaGraphAddNode(&loop_node, top, &head, nullptr, 1, &loop));
+  out.loop_body = loop.conditional.phGraph_out[0];
+
+  capture_into(out.loop_body, stream, [&] { return kernels::StepLoop::run_next(args, cond, stream); });
+  const cudaGraphNode_t next = only_node(out.loop_body);
+
+  cudaGraphNodeParams select{};
+  select.type = cudaGraphNodeTypeConditional;
+  select.conditional.handle = cond.select;
+  select.conditional.type = cudaGraphCondTypeSwitch;
+  select.conditional.size = static_cast<unsigned>(bodies.size());
+  cudaGraphNode_t select_node = nullptr;
+  SPG_CUDA_TRY(cudaGraphAddNode(&select_node, out.loop_body, &next, nullptr, 1, &select));
+  for (std::size_t b = 0; b < bodies.size(); ++b) {
+    cudaGraph_t body = select.conditional.phGraph_out[b];
+    out.bucket_bodies.push_back(body);
+    const Pipeline* p = bodies[b];
+    capture_into(body, stream, [&] {
+      const cudaError_t e = kernels::StepLoop::run_chunk_stage_in(args, stream);
+      return e == cudaSuccess ? p->record_layers(stream) : e;
+    });
+  }
+  return out;
+}
+
+cudaError_t record_step_eager(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
+                              std::span<const int> chunk_buckets, cudaStream_t stream) noexcept {
+  const kernels::StepConditionals none{};
+  cudaError_t e = kernels::StepLoop::run_head(args, none, stream);
+  for (std::size_t c = 0; c < chunk_buckets.size() && e == cudaSuccess; ++c) {
+    e = kernels::StepLoop::run_next(args, none, stream);
+    if (e == cudaSuccess) e = kernels::StepLoop::run_chunk_stage_in(args, stream);
+    if (e == cudaSuccess) e = bodies[static_cast<std::size_t>(chunk_buckets[c])]->record_layers(stream);
+  }
+  return e;
+}
+
+}  // namespace spg::graphs

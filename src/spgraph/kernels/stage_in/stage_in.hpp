@@ -1,0 +1,27 @@
+// Stage-in: the first node of every step. One kernel copies the step's metadata block from the
+// pinned staging block (host memory the device reads over the bus) to its device block, adds the
+// previous step's fault counters into the run's totals and zeroes them (src/spgraph/kernels/step_status.hpp). A graph launch costs the host about 1.2 us less with this one kernel
+// node than with a copy node and a memset node (docs/benchmarks.md, B, "Host time and CUPTI").
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "spgraph/kernels/step_status.hpp"
+
+namespace spg::kernels {
+
+struct StageIn {
+  /// @throws InvalidArgument for a null or misaligned pointer (16 bytes), `bytes` not a positive
+  ///         multiple of 16, or a `staging` block the device cannot address (not pinned host memory
+  ///         or device memory).
+  static void can_implement(const void* staging, const void* meta, std::size_t bytes, const StatusBlock* status);
+  /// Launches the copy of `bytes` from `staging` to `meta`, the fold of status->step into
+  /// status->run and the reset of status->step; allocates and syncs nothing. Returns
+  /// cudaGetLastError() after the launch.
+  static cudaError_t run(const void* staging, void* meta, std::size_t bytes, StatusBlock* status,
+                         cudaStream_t stream) noexcept;
+};
+
+}  // namespace spg::kernels

@@ -1,0 +1,63 @@
+// Step loop: the three small kernels that let one graph launch run a whole step of chunks
+// (docs/graphs.md, "Steps"). The step graph is
+//
+//   head -> WHILE(loop) { next -> SWITCH(select) { bucket b: chunk stage-in -> the layers' stages } }
+//
+// head folds the previous step's fault counters, copies the step header (chunk count and each
+// chunk's bucket) from the pinned staging block into the device step state and opens the loop
+// when there is a chunk; next advances the chunk index, selects the chunk's bucket body and
+// closes the loop after the last chunk; the chunk stage-in copies the current chunk's metadata
+// block from the staging block to the device block the layers read. Launched outside a graph
+// (the eager step), head and next set no conditional: the host loops and picks the body.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "spgraph/kernels/step_status.hpp"
+
+namespace spg::kernels {
+
+/// @brief The device step state (int32 words): [count, next, current, reserved, buckets[max_chunks]].
+struct StepStateWords {
+  static constexpr int count = 0;    ///< chunks in this step
+  static constexpr int next = 1;     ///< index of the chunk the next loop iteration runs
+  static constexpr int current = 2;  ///< index of the chunk this iteration runs
+  static constexpr int buckets = 4;  ///< [max_chunks]: chunk c's bucket index
+  /// Words of the header for `max_chunks` chunks (a multiple of 4: what follows stays 16-byte aligned).
+  [[nodiscard]] static constexpr int header_words(int max_chunks) noexcept { return (buckets + max_chunks + 3) / 4 * 4; }
+};
+
+/// @brief Where the loop's kernels read and write; fixed for the life of the executor.
+struct StepLoopArgs {
+  const std::int32_t* staging{nullptr};  ///< the step staging block: header, then the chunks' metadata blocks
+  std::int32_t* state{nullptr};          ///< device step state (header_words(max_chunks) words)
+  int max_chunks{0};
+  std::size_t chunk_bytes{0};            ///< one chunk's metadata block (a multiple of 16)
+  int header_words{0};                   ///< StepStateWords::header_words(max_chunks)
+  void* chunk_meta{nullptr};             ///< the device metadata block the layers read
+  StatusBlock* status{nullptr};
+};
+
+/// @brief The loop's conditionals, and whether the kernels set them (only inside the step graph).
+struct StepConditionals {
+  cudaGraphConditionalHandle loop{0};
+  cudaGraphConditionalHandle select{0};
+  bool set{false};
+};
+
+struct StepLoop {
+  /// @throws InvalidArgument for a null or misaligned pointer, max_chunks < 0 or a chunk size not
+  ///         a positive multiple of 16.
+  static void can_implement(const StepLoopArgs& a);
+  /// head: fault fold, header copy, loop opened when count > 0. One CTA.
+  static cudaError_t run_head(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
+  /// next: current = next++, select = buckets[current], loop = next < count. One thread.
+  static cudaError_t run_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
+  /// The chunk stage-in: metadata block `current` of the staging block to chunk_meta (no fault fold).
+  static cudaError_t run_chunk_stage_in(const StepLoopArgs& a, cudaStream_t stream) noexcept;
+};
+
+}  // namespace spg::kernels
