@@ -288,7 +288,8 @@ bool Verifier::verify_layer(const scheduler::ChunkPlan& plan, std::size_t l, int
   in.max_rows_per_request = cfg.max_kv_rows(layer);
   in.q = q.data();
   in.topk = r > 1 ? topk.data() : nullptr;
-  in.attn_sink = front_sinks(seed_, l, layer);
+  const std::vector<float> sinks = front_sinks(seed_, l, layer);  // in.attn_sink views it: keep it alive
+  in.attn_sink = sinks;
   in.tokens = tokens;
   ref::FaultLog log;
   const ref::SparseMlaReferenceOutputs want = ref::layer_step_reference(in, log);
