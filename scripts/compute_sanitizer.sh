@@ -66,7 +66,7 @@ sweep() {
     if [[ $rc -eq 124 || $rc -eq 137 ]]; then
       echo "  $tool [$c]: timed out after $LIMIT s" >>"$LOGS/$tool.cases"
       failed=$((failed + 1))
-    elif grep -qE "^(All tests passed|Passed [0-9]+ test case)" "$log"; then
+    elif grep -qE "^(All tests passed|Passed )" "$log"; then
       echo "  $tool [$c]: ${n:-0} reports, passed" >>"$LOGS/$tool.cases"
       passed=$((passed + 1))
     else
