@@ -395,6 +395,21 @@ class ServeLoop {
     return sc;
   }
 
+  /// After one run() call (a chunk or a whole step): false (after a message) when it failed; else
+  /// its GPU time's stop event and its host time.
+  bool account_launch(long step, const spg::graphs::RunResult& r, std::chrono::steady_clock::time_point h0,
+                      std::chrono::steady_clock::time_point h1) {
+    if (!r.ok()) {
+      print_failure(step, r);
+      return false;
+    }
+    gpu_.stop(stats_.launches, ex_.stream());
+    // Host work only: a wait for the device to free a staging block is the device's time.
+    stats_.host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() - r.waited_us);
+    stats_.waited_us += r.waited_us;
+    return true;
+  }
+
   /// One chunk: the model front, the executor's step, the bookkeeping.
   bool serve_chunk(long step, const spg::scheduler::ChunkPlan& cp) {
     using namespace spg;
@@ -417,14 +432,7 @@ class ServeLoop {
     } else {
       ++stats_.eager_runs;
     }
-    if (!r.ok()) {
-      print_failure(step, r);
-      return false;
-    }
-    gpu_.stop(stats_.launches, ex_.stream());
-    // Host work only: a wait for the device to free a staging block is the device's time.
-    stats_.host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() - r.waited_us);
-    stats_.waited_us += r.waited_us;
+    if (!account_launch(step, r, h0, h1)) return false;
     stats_.padded += ex_.buckets().t_of(r.bucket) - cp.num_tokens;
     stats_.tokens += cp.num_tokens;
     if (opt_.checksum) checksum_.add(ex_, ex_.buckets().t_of(r.bucket), stats_.chunks);
@@ -448,13 +456,7 @@ class ServeLoop {
     const auto h0 = std::chrono::steady_clock::now();
     const graphs::RunResult r = opt_.eager ? ex_.run_eager(input) : ex_.run(input);
     const auto h1 = std::chrono::steady_clock::now();
-    if (!r.ok()) {
-      print_failure(step, r);
-      return false;
-    }
-    gpu_.stop(stats_.launches, ex_.stream());
-    stats_.host_us.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() - r.waited_us);
-    stats_.waited_us += r.waited_us;
+    if (!account_launch(step, r, h0, h1)) return false;
     ++(opt_.eager ? stats_.eager_runs : stats_.graph_hits);
     for (const scheduler::ChunkPlan& cp : plan.chunks) {
       stats_.padded += ex_.buckets().t_of(ex_.buckets().lookup(cp.num_requests, cp.num_tokens)) - cp.num_tokens;
