@@ -14,6 +14,17 @@ namespace spg::graphs {
 
 namespace {
 
+/// A refused run: the status and, for bad_chunk, the request (in the caller's numbering), field and
+/// reason of `why` (a ChunkCheck or a StepSplit).
+template <class Why>
+RunResult& refused(RunResult& result, RunStatus status, int request, const Why& why) noexcept {
+  result.status = status;
+  result.bad_request = request;
+  result.bad_field = why.bad_field;
+  result.bad_reason = why.bad_reason;
+  return result;
+}
+
 std::vector<std::vector<int>> make_programs(const model::PipelineConfig& config, const ExecutorOptions& o) {
   if (o.programs.empty()) {
     std::vector<int> all(config.layers.size());
@@ -387,13 +398,7 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
   const int mask = program_ratios_[static_cast<std::size_t>(program)];
   const ChunkCheck checked = encoder_.check(chunk, mask);
-  if (checked.status != RunStatus::ok) {
-    result.status = checked.status;
-    result.bad_request = checked.bad_request;
-    result.bad_field = checked.bad_field;
-    result.bad_reason = checked.bad_reason;
-    return result;
-  }
+  if (checked.status != RunStatus::ok) return refused(result, checked.status, checked.bad_request, checked);
   result.bucket = buckets_.lookup(checked.requests, checked.tokens);
   if (result.bucket < 0) {
     result.status = RunStatus::no_bucket;
@@ -485,17 +490,12 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
     result.status = RunStatus::bad_program;
     return result;
   }
+  const detail::TraceRange range(graph ? detail::TracePhase::step_graph : detail::TracePhase::step_eager);
   using Clock = std::chrono::steady_clock;
   const bool timed = options_.time_host_phases;
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
   const StepSplit split = splitter_->split(step);
-  if (split.status != RunStatus::ok) {
-    result.status = split.status;
-    result.bad_request = split.bad_request;
-    result.bad_field = split.bad_field;
-    result.bad_reason = split.bad_reason;
-    return result;
-  }
+  if (split.status != RunStatus::ok) return refused(result, split.status, split.bad_request, split);
   result.chunks = split.chunks;
   // Every chunk is checked before anything is written: a refused step leaves the staging block as it was.
   const int mask = program_ratios_[static_cast<std::size_t>(program)];
@@ -509,12 +509,9 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
       if (bucket < 0) checked.status = RunStatus::no_bucket;
     }
     if (checked.status != RunStatus::ok) {
-      result.status = checked.status;
       result.bad_chunk = c;
-      result.bad_request = checked.bad_request < 0 ? -1 : splitter_->request_of(c, checked.bad_request);
-      result.bad_field = checked.bad_field;
-      result.bad_reason = checked.bad_reason;
-      return result;
+      return refused(result, checked.status,
+                     checked.bad_request < 0 ? -1 : splitter_->request_of(c, checked.bad_request), checked);
     }
     step_buckets_[static_cast<std::size_t>(c)] = bucket;
   }
