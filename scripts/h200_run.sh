@@ -4,7 +4,7 @@
 # Usage, from the repository root on the GPU machine: scripts/h200_run.sh BIN_DIR [quick|full|sanitize] [STEPS]
 # (BIN_DIR holds spgraph_gpu_tests, serve_loop and bench built for sm_90a, and COMMIT).
 # `sanitize` runs only compute-sanitizer's four tools over the GPU tests of every op and the
-# executor (scripts/compute_sanitizer.sh, ~8 minutes) and writes its logs and summary to $OUT.
+# executor (scripts/compute_sanitizer.sh: the four tools at once, one process per case, ~2-4 minutes) and writes its logs and summary to $OUT.
 # Environment: BENCH_TABLES (default ABCD) picks bench's tables; SKIP_PEER=1 skips the PyTorch peer.
 set -uo pipefail
 bin=${1:?usage: scripts/h200_run.sh BIN_DIR [quick|full|sanitize]}
