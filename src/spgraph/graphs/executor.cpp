@@ -382,16 +382,16 @@ Graph Executor::record_graph(int program, int bucket, int staging) const {
   return guard.finish();
 }
 
+RunStatus Executor::admit(int program, bool graph, bool ready) const noexcept {
+  if (!ready || !warmed_up_ || (graph && !options_.capture)) return RunStatus::not_warmed_up;
+  if (program < 0 || program >= programs()) return RunStatus::bad_program;
+  return RunStatus::ok;
+}
+
 RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept {
   RunResult result;
-  if (!warmed_up_ || (graph && !options_.capture)) {
-    result.status = RunStatus::not_warmed_up;
-    return result;
-  }
-  if (program < 0 || program >= programs()) {
-    result.status = RunStatus::bad_program;
-    return result;
-  }
+  result.status = admit(program, graph, true);
+  if (result.status != RunStatus::ok) return result;
   const detail::TraceRange range(graph ? detail::TracePhase::step_graph : detail::TracePhase::step_eager);
   using Clock = std::chrono::steady_clock;
   const bool timed = options_.time_host_phases;
@@ -482,14 +482,8 @@ kernels::StepLoopArgs Executor::step_loop_args(int staging) const noexcept {
 
 RunResult Executor::launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept {
   RunResult result;
-  if (!warmed_up_ || step_layout_.max_chunks == 0 || (graph && !options_.capture)) {
-    result.status = RunStatus::not_warmed_up;
-    return result;
-  }
-  if (program < 0 || program >= programs()) {
-    result.status = RunStatus::bad_program;
-    return result;
-  }
+  result.status = admit(program, graph, step_layout_.max_chunks > 0);  // no step options: no step path
+  if (result.status != RunStatus::ok) return result;
   const detail::TraceRange range(graph ? detail::TracePhase::step_graph : detail::TracePhase::step_eager);
   using Clock = std::chrono::steady_clock;
   const bool timed = options_.time_host_phases;

@@ -228,6 +228,9 @@ class Executor {
     return &entries_[static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
                      static_cast<std::size_t>(bucket)];
   }
+  /// not_warmed_up (also without the path: `ready` false, or a graph without capture), bad_program,
+  /// or ok: the checks both launches make first.
+  [[nodiscard]] RunStatus admit(int program, bool graph, bool ready) const noexcept;
   RunResult launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept;
   RunResult launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept;
   // The replay path's shared parts: wait until staging block s is free; order the launch after
