@@ -132,6 +132,30 @@ class Progress:
         sys.stderr.flush()
 
 
+class PromptStream:
+    """The synthetic prompt stream (serve_loop's PromptStream): a new batch of requests whenever the
+    scheduler has run dry, each batch seeded from the run's seed and its index, request ids counting
+    up over the run."""
+
+    def __init__(self, seed: int, wc: "spgraph.WorkloadConfig") -> None:
+        self.seed = seed
+        self.wc = wc
+        self.batch = 0
+        self.next_id = 0
+
+    def refill(self, sched: "spgraph.PrefillScheduler") -> None:
+        if not sched.done:
+            return
+        self.wc.seed = (self.seed * 1000003 + self.batch) & (2**64 - 1)
+        self.batch += 1
+        self.wc.first_step = sched.next_step
+        reqs = spgraph.make_workload(self.wc)
+        for r in reqs:
+            r.id = self.next_id
+            self.next_id += 1
+        sched.submit(reqs)
+
+
 def engine_tensors(torch: Any, config: spgraph.PipelineConfig, insert: bool = True) -> List[Dict[str, Any]]:
     """What an engine brings: every buffer of every layer from torch's allocator, contiguous, at the
     config's sizes (serve_loop --engine-buffers' model front, in torch). Zeroed, so nothing depends
@@ -224,7 +248,7 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
     gpu_us: List[float] = []
     chunks = tokens = padded = graph_hits = eager_runs = finished = 0
     waited_us = 0.0
-    next_id = batch = 0
+    prompts = PromptStream(o.seed, wc)
     slot_lists = not o.derive_slots
     progress = Progress(o.steps, not o.no_progress)
     reserved_before = torch.cuda.memory_reserved()
@@ -238,15 +262,7 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
     with torch.cuda.stream(stream):
         for step in range(o.steps):
             s0 = clock()
-            if sched.done:
-                wc.seed = (o.seed * 1000003 + batch) & (2**64 - 1)
-                batch += 1
-                wc.first_step = sched.next_step
-                reqs = spgraph.make_workload(wc)
-                for r in reqs:
-                    r.id = next_id
-                    next_id += 1
-                sched.submit(reqs)
+            prompts.refill(sched)
             plan = sched.schedule()
             finished += len(plan.finished)
             for cp in plan.chunks:

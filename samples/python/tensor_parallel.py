@@ -179,7 +179,7 @@ def run(o: argparse.Namespace, torch: Any, world: int, rank: int, distributed: b
         print(f"workload: {wc.describe()}")
     step_host_us: List[float] = []
     chunks = tokens = finished = 0
-    next_id = batch = 0
+    prompts = prefill_loop.PromptStream(o.seed, wc)
     progress = prefill_loop.Progress(o.steps, rank == 0 and not o.no_progress)
     reserved_before = torch.cuda.memory_reserved()
     clock = time.perf_counter_ns
@@ -188,15 +188,7 @@ def run(o: argparse.Namespace, torch: Any, world: int, rank: int, distributed: b
     t_start = time.perf_counter()
     for step in range(o.steps):
         s0 = clock()
-        if sched.done:
-            wc.seed = (o.seed * 1000003 + batch) & (2**64 - 1)
-            batch += 1
-            wc.first_step = sched.next_step
-            reqs = spgraph.make_workload(wc)
-            for r in reqs:
-                r.id = next_id
-                next_id += 1
-            sched.submit(reqs)
+        prompts.refill(sched)
         plan = sched.schedule()
         finished += len(plan.finished)
         for cp in plan.chunks:
