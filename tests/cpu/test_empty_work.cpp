@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/catch.hpp"
+#include "common/expect_rejected.hpp"
 #include "common/sparse_mla_shape_args.hpp"
 #include "spgraph/core/error.hpp"
 #include "spgraph/kernels/combine_indices/combine_indices.hpp"
@@ -25,17 +26,7 @@ T* fake(std::uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
-template <class Args, class Check>
-void expect_rejected(const Args& a, Check check, const char* needle) {
-  INFO(needle);
-  try {
-    check(a);
-    FAIL("accepted");
-  } catch (const spg::InvalidArgument& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).find(needle) != std::string::npos);
-  }
-}
+using spg::test::expect_rejected;
 
 k::SparseMlaArgs empty_attention() {
   k::SparseMlaArgs a = spg::test::mla::shape_only_args(0, 512, 0, 128, 512);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/catch.hpp"
+#include "common/expect_rejected.hpp"
 #include "spgraph/core/error.hpp"
 #include "spgraph/kernels/combine_indices/combine_indices.hpp"
 #include "spgraph/kernels/kv_cache/kv_cache.hpp"
@@ -37,17 +38,7 @@ k::CombineIndicesArgs standalone_combine() {
   return a;
 }
 
-template <class Args, class Check>
-void expect_rejected(const Args& a, Check check, const char* needle) {
-  INFO(needle);
-  try {
-    check(a);
-    FAIL("accepted");
-  } catch (const spg::InvalidArgument& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).find(needle) != std::string::npos);
-  }
-}
+using spg::test::expect_rejected;
 
 }  // namespace
 

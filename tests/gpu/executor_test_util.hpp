@@ -336,6 +336,18 @@ void poison(const View& v) {
   SPG_CUDA_TRY(cudaMemset(v.data_handle(), 0xFF, graphs::span_bytes(v)));
 }
 
+/// NaN (0xFF bytes) into every output of every layer, so a step that writes nothing, or fewer rows
+/// than its bucket's, fails whatever it is compared with. Waits for the executor first.
+inline void poison_outputs(graphs::Executor& ex) {
+  ex.synchronize();
+  for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
+    poison(ex.layer(l).out);
+    poison(ex.layer(l).lse);
+    poison(ex.layer(l).max_logits);
+  }
+  SPG_CUDA_TRY(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
+}
+
 /// A layer's outputs copied back: out as bf16 bits, lse and max_logits.
 struct LayerOutputs {
   std::vector<std::uint16_t> out;

@@ -23,6 +23,7 @@
 using namespace spg;
 using spg::test::ChunkData;
 using spg::test::LayerOutputs;
+using spg::test::poison_outputs;
 using spg::test::World;
 
 namespace {
@@ -50,18 +51,6 @@ void require_ok(const graphs::RunResult& r) {
   INFO("run status: " << graphs::run_status_name(r.status) << ", cuda: " << cudaGetErrorName(r.cuda)
                       << (r.bad_field != nullptr ? std::string(", ") + r.bad_field + ": " + r.bad_reason : std::string()));
   REQUIRE(r.ok());
-}
-
-/// NaN (0xFF bytes) into every output of every layer, so a step that writes nothing, or fewer rows
-/// than its bucket's, fails whatever it is compared with. Waits for the executor first.
-void poison_outputs(graphs::Executor& ex) {
-  ex.synchronize();
-  for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
-    test::poison(ex.layer(l).out);
-    test::poison(ex.layer(l).lse);
-    test::poison(ex.layer(l).max_logits);
-  }
-  SPG_CUDA_TRY(cudaDeviceSynchronize());  // the memsets ran on the legacy stream
 }
 
 /// NaN elements of a layer's outputs (bf16 out as bits): a run's outputs hold none.

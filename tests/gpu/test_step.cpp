@@ -22,6 +22,7 @@
 
 using namespace spg;
 using spg::test::LayerOutputs;
+using spg::test::poison_outputs;
 using spg::test::World;
 
 namespace {
@@ -161,16 +162,6 @@ void write_caches(graphs::Executor& ex, const Caches& c) {
       SPG_CUDA_TRY(cudaMemcpy(cache->data, c.bytes[i].data(), c.bytes[i].size(), cudaMemcpyHostToDevice));
       ++i;
     }
-  }
-  SPG_CUDA_TRY(cudaDeviceSynchronize());
-}
-
-void poison_outputs(graphs::Executor& ex) {
-  ex.synchronize();
-  for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
-    test::poison(ex.layer(l).out);
-    test::poison(ex.layer(l).lse);
-    test::poison(ex.layer(l).max_logits);
   }
   SPG_CUDA_TRY(cudaDeviceSynchronize());
 }
