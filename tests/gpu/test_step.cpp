@@ -361,6 +361,29 @@ TEST_CASE("a step of k chunks in one launch writes each chunk's rows as k single
   CHECK(ex.read_run_faults().total() == 0);
 }
 
+TEST_CASE("a chunk metadata block larger than one CTA's copy: next stages every chunk whole", "[gpu][step]") {
+  // max_model_len 65536 widens the block tables: a chunk's block is thousands of 16-byte vectors,
+  // which next copies with several CTAs, the last of which advances the chunk index.
+  model::PipelineConfig cfg = step_program();
+  cfg.max_model_len = 65536;
+  graphs::Executor ex(cfg, step_options());
+  ex.warmup();
+  REQUIRE(ex.step_layout().chunk_words / 4 > 4 * 256);  // more than four CTAs of 256 threads
+  World world(ex, 23);
+  const Caches start = read_caches(ex);
+  graphs::StepSplitter splitter(cfg, ex.step_layout());
+  const StepRows rows = random_rows(ex, world.rng());
+  upload_step_rows(ex, rows);
+  for (const int k : {3, 16, 9}) {
+    INFO("k = " << k << " chunks");
+    const StepData s = step_of(cfg, splitter, k, world.rng());
+    const State want = run_from(ex, splitter, start, s, rows, 0, How::chunks);
+    CHECK(run_from(ex, splitter, start, s, rows, 0, How::step_graph) == want);
+    CHECK(run_from(ex, splitter, start, s, rows, 0, How::step_eager) == want);
+  }
+  CHECK(ex.read_run_faults().total() == 0);
+}
+
 TEST_CASE("the step graph holds head, WHILE, next, SWITCH and one body of layers per bucket", "[gpu][step]") {
   graphs::Executor ex(step_program(), step_options());
   ex.warmup();
