@@ -10,10 +10,10 @@ T* EngineBuffers::allocate(std::size_t elems) {
   return static_cast<T*>(owned_.back().data());
 }
 
-EngineBuffers::EngineBuffers(const model::PipelineConfig& config, bool insert) {
+EngineBuffers::EngineBuffers(const model::PipelineConfig& config, bool insert, const graphs::StepBounds& step) {
   using graphs::LayerBuffer;
-  const auto T = static_cast<std::size_t>(config.max_tokens);
   for (const model::LayerConfig& l : config.layers) {
+    const std::size_t T = graphs::required_rows(config, l, LayerBuffer::q, step);  // a chunk's or a step's tokens
     graphs::LayerBuffers b;
     const auto h = static_cast<std::size_t>(l.h_q);
     const auto d = static_cast<std::size_t>(l.d_qk);
@@ -24,7 +24,7 @@ EngineBuffers::EngineBuffers(const model::PipelineConfig& config, bool insert) {
     }
     for (const LayerBuffer kb : {LayerBuffer::k_rows, LayerBuffer::compressed_k_rows}) {
       if (!graphs::layer_uses(l, kb, insert)) continue;
-      const std::size_t rows = graphs::required_rows(config, l, kb);
+      const std::size_t rows = graphs::required_rows(config, l, kb, step);
       auto v = graphs::contiguous_view<__nv_bfloat16, 2>(allocate<__nv_bfloat16>(rows * 512), {rows, std::size_t{512}});
       (kb == LayerBuffer::k_rows ? b.k_rows : b.compressed_k_rows) = v;
     }

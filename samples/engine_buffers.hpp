@@ -13,11 +13,12 @@
 namespace spg::samples {
 
 /// @brief Every buffer of every layer of `config` that the layer uses (the K rows only with
-///        `insert`), one device allocation each, contiguous, at the config's sizes.
+///        `insert`), one device allocation each, contiguous, at the config's sizes (rows for a
+///        whole step of `step`'s size too, when given).
 class EngineBuffers {
  public:
   /// @throws CudaError when an allocation fails.
-  EngineBuffers(const model::PipelineConfig& config, bool insert);
+  EngineBuffers(const model::PipelineConfig& config, bool insert, const graphs::StepBounds& step = {});
 
   /// One LayerBuffers per layer, every used member bound: ExecutorOptions::buffers.
   [[nodiscard]] const std::vector<graphs::LayerBuffers>& bindings() const noexcept { return bindings_; }

@@ -46,8 +46,10 @@ spg::model::PipelineConfig make_config(const Options& o) {
 void print_plan(const spg::model::PipelineConfig& config, const Options& opt) {
   const bool engine_buffers = opt.engine_buffers;
   // With --engine-buffers the model front owns every layer buffer: the pool plans only its own.
+  const spg::graphs::StepBounds step =
+      opt.one_launch ? spg::graphs::StepBounds{opt.step_requests, opt.budget} : spg::graphs::StepBounds{};
   auto plan = spg::graphs::plan_pipeline_pool(
-      config, [&](std::size_t, spg::graphs::LayerBuffer) { return engine_buffers; }, true);
+      config, [&](std::size_t, spg::graphs::LayerBuffer) { return engine_buffers; }, true, step);
   if (opt.one_launch) {
     spg::graphs::plan_step_slots(plan, spg::graphs::StepLayout::make(config, opt.step_requests, opt.budget));
   }
@@ -445,7 +447,7 @@ class ServeLoop {
     return true;
   }
 
-  /// A whole step in one run(): one model front for all its chunks (they share the rows).
+  /// A whole step in one run(): one model front for the step's rows (each chunk reads its own).
   bool serve_step(long step, const spg::scheduler::StepPlan& plan) {
     using namespace spg;
     const graphs::StepInput& input = plan.input();
@@ -493,13 +495,14 @@ int run(const Options& opt) {
   // 1. The executor: bind the engine's buffers (or let the pool hold everything), then warm up.
   graphs::ExecutorOptions eo;
   std::unique_ptr<samples::EngineBuffers> engine;
-  if (opt.engine_buffers) {
-    engine = std::make_unique<samples::EngineBuffers>(config, eo.insert);
-    eo.buffers = engine->bindings();
-  }
   if (opt.one_launch) {  // each scheduler step through run(StepInput): one launch a step
     eo.max_step_requests = opt.step_requests;
     eo.max_step_tokens = opt.budget;
+  }
+  if (opt.engine_buffers) {  // a step's rows, with --one-launch
+    engine = std::make_unique<samples::EngineBuffers>(config, eo.insert,
+                                                      graphs::StepBounds{eo.max_step_requests, eo.max_step_tokens});
+    eo.buffers = engine->bindings();
   }
   graphs::Executor ex(config, eo);
   const graphs::WarmupReport warm = ex.warmup();

@@ -130,8 +130,8 @@ std::string serve_loop_help() {
          "                       ~0.2 us a node)\n"
          "  --one-launch         launch each scheduler step whole, run(StepInput): one graph launch per\n"
          "                       step (eager mode: the same kernels from a host loop); the model front\n"
-         "                       runs once per step; not with --checksum or --verify (a step's\n"
-         "                       chunks share the layer buffers' rows; docs/graphs.md, Steps)\n"
+         "                       runs once per step, for the step's rows; not with --checksum or\n"
+         "                       --verify (they check one chunk at a time; docs/graphs.md, Steps)\n"
          "  --step-requests N    most requests in a step with --one-launch, " + b("--step-requests") +
          " (default 64;\n"
          "                       the scheduler then opens at most N / R chunks a step)\n"
@@ -241,8 +241,8 @@ ParsedCommandLine parse_serve_loop_options(const std::vector<std::string>& args)
                        std::to_string(o.max_model_len)};
     }
     if (o.one_launch && (o.checksum || o.verify > 0)) {
-      throw UsageError{"--one-launch cannot be combined with --checksum or --verify: a step's chunks share the "
-                       "layer buffers' rows"};
+      throw UsageError{"--one-launch cannot be combined with --checksum or --verify: they check one chunk at a "
+                       "time"};
     }
     if (o.one_launch && o.budget > (1 << 20)) {
       throw UsageError{"--budget = " + std::to_string(o.budget) + " must be at most 1048576 with --one-launch "

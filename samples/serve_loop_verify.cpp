@@ -74,13 +74,13 @@ kernels::SyntheticFrontArgs make_step_front_args(const kernels::SyntheticFrontAr
   int tokens = 0;
   int shortest = plan.chunks.front().seq_lens.front();
   int new_rows[kNumRatios] = {0, 0, 0};
+  // The step's rows: every chunk's tokens and completed compressed rows, in chunk order.
   for (const scheduler::ChunkPlan& c : plan.chunks) {
-    tokens = std::max(tokens, c.num_tokens);
+    tokens += c.num_tokens;
     for (const std::int32_t s : c.seq_lens) shortest = std::min(shortest, static_cast<int>(s));
     for (const scheduler::ChunkCachePlan& cache : c.caches) {
       if (cache.ratio == 1) continue;
-      int& n = new_rows[graphs::ratio_index(cache.ratio)];
-      n = std::max(n, cache.num_new_rows());
+      new_rows[graphs::ratio_index(cache.ratio)] += cache.num_new_rows();
     }
   }
   const std::int32_t qsl[2] = {0, tokens};

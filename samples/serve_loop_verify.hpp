@@ -32,9 +32,9 @@ kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& l
 kernels::SyntheticFrontArgs make_front_args(const kernels::SyntheticFrontArgs& layers,
                                             const scheduler::ChunkPlan& plan, std::uint64_t seed, std::uint64_t step);
 
-/// @brief One model front for a whole step run by run(StepInput): its chunks share the layer
-///        buffers' rows, so the front fills the rows of the step's largest chunk with top-k indices
-///        valid for its shortest sequence (every chunk's requests are at least that long).
+/// @brief One model front for a whole step run by run(StepInput): the step's rows (every chunk's
+///        tokens and completed compressed rows, in order), with top-k indices valid for its
+///        shortest sequence (every chunk's requests are at least that long).
 kernels::SyntheticFrontArgs make_step_front_args(const kernels::SyntheticFrontArgs& layers,
                                                  const scheduler::StepPlan& plan, std::uint64_t seed,
                                                  std::uint64_t step);

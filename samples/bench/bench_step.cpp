@@ -78,17 +78,18 @@ void fill_inputs(graphs::Executor& ex) {
       SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(cache->data, cl.num_blocks, cl.block_size, cl.block_stride,
                                                        31 + l, ex.stream()));
     }
-    const std::size_t elems = std::size_t{1} * c.max_tokens * layer.h_q * layer.d_qk;
+    const std::size_t elems = v.q.extent(0) * layer.h_q * layer.d_qk;  // every row a step reads
     SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(v.q.data_handle(), elems, 5, static_cast<int>(l), ex.stream()));
     if (layer.attn_sink) {
       std::vector<float> sink(static_cast<std::size_t>(layer.h_q), 0.5F);
       SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
     }
   }
-  // One front for every chunk: every chunk's requests have the same lengths.
-  const std::vector<std::int32_t> qsl = {0, kT};
+  // One front for the largest step's rows (a chunk run alone reads the first kT): every chunk's
+  // requests have the same lengths.
+  const std::vector<std::int32_t> qsl = {0, kMaxChunks * kT};
   const std::vector<std::int32_t> seq = {kPrefix + kQuery};
-  const int new_rows[graphs::kNumRatios] = {0, kT / 4, 0};
+  const int new_rows[graphs::kNumRatios] = {0, kMaxChunks * kT / 4, 0};
   SPG_CUDA_TRY(kernels::SyntheticFront::run(samples::make_front_args(samples::front_layers(ex), qsl, seq, new_rows, 3, 0),
                                             ex.stream()));
   SPG_CUDA_TRY(cudaDeviceSynchronize());

@@ -1,6 +1,7 @@
 // Steps on the host: the split rule shared by the scheduler and run(StepInput), the step options'
 // validation, the step staging layout and its pool slots (src/spgraph/graphs/step.hpp, docs/graphs.md "Steps").
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -8,7 +9,9 @@
 #include "common/catch.hpp"
 #include "common/small_configs.hpp"
 #include "spgraph/core/error.hpp"
+#include "spgraph/graphs/chunk_format.hpp"
 #include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/layer_buffers.hpp"
 #include "spgraph/graphs/pipeline_pool.hpp"
 #include "spgraph/graphs/step.hpp"
 #include "spgraph/kernels/step_loop/step_loop.hpp"
@@ -226,9 +229,115 @@ TEST_CASE("the step staging block: header, then 16-byte aligned chunk blocks, pl
   REQUIRE(state != nullptr);
   CHECK(state->spec.bytes == static_cast<std::size_t>(l.header_words) * 4);
   CHECK(state->spec.kind == memory::MemoryKind::device);
+  const memory::Slot* meta = plan.pool.find(graphs::slots::kStepMeta);
+  REQUIRE(meta != nullptr);
+  CHECK(meta->spec.bytes == static_cast<std::size_t>(l.max_chunks) * static_cast<std::size_t>(l.chunk_words) * 4);
+  CHECK(meta->spec.bytes == l.meta_bytes());
+  CHECK(meta->spec.kind == memory::MemoryKind::device);
   // Without steps nothing is planned for them.
   const graphs::ExecutorPlan none = graphs::plan_executor(c, {});
   CHECK(none.step.max_chunks == 0);
   CHECK(none.pool.find(graphs::slots::kStepState) == nullptr);
   CHECK(none.pool.find(graphs::slots::kStepStaging[0]) == nullptr);
+  CHECK(none.pool.find(graphs::slots::kStepMeta) == nullptr);
+}
+
+TEST_CASE("with steps the row-indexed layer buffers hold a whole step", "[cpu][step]") {
+  const model::PipelineConfig c = test::two_layer_config();
+  const graphs::StepBounds step{64, 1000};
+  const graphs::ExecutorPlan with = graphs::plan_executor(c, step_options(step.requests, step.tokens));
+  const graphs::ExecutorPlan without = graphs::plan_executor(c, {});
+  for (std::size_t l = 0; l < c.layers.size(); ++l) {
+    const model::LayerConfig& layer = c.layers[l];
+    for (const graphs::LayerBuffer b : graphs::kLayerBuffers) {
+      if (b == graphs::LayerBuffer::swa_cache || b == graphs::LayerBuffer::compressed_cache ||
+          b == graphs::LayerBuffer::attn_sink || !graphs::layer_uses(layer, b, true)) {
+        continue;
+      }
+      INFO("layer " << l << " " << graphs::layer_buffer_name(b));
+      const std::size_t alone = graphs::required_rows(c, layer, b);
+      const std::size_t rows = graphs::required_rows(c, layer, b, step);
+      if (b == graphs::LayerBuffer::compressed_k_rows) {
+        const int r = layer.compress_ratio;
+        CHECK(alone == static_cast<std::size_t>(c.max_tokens / r + c.max_requests));
+        CHECK(rows == static_cast<std::size_t>(std::max(c.max_tokens / r + c.max_requests, step.tokens / r + step.requests)));
+      } else {
+        CHECK(alone == static_cast<std::size_t>(c.max_tokens));
+        CHECK(rows == static_cast<std::size_t>(std::max(c.max_tokens, step.tokens)));
+      }
+      // The pool's slot grows by exactly the rows (the slot's bytes are rows x the row's bytes).
+      const memory::Slot* a = without.pool.find(graphs::slots::layer_slot(l, b));
+      const memory::Slot* w = with.pool.find(graphs::slots::layer_slot(l, b));
+      REQUIRE(a != nullptr);
+      REQUIRE(w != nullptr);
+      CHECK(w->spec.bytes * alone == a->spec.bytes * rows);
+    }
+  }
+  // A binding with a chunk's rows only is refused with steps, naming the buffer and the rows.
+  std::vector<graphs::LayerBuffers> bound(c.layers.size());
+  auto* base = reinterpret_cast<__nv_bfloat16*>(std::uintptr_t{1} << 20);  // never dereferenced: host checks
+  const auto h = static_cast<std::size_t>(c.layers[0].h_q);
+  const auto d = static_cast<std::size_t>(c.layers[0].d_qk);
+  bound[0].q = graphs::contiguous_view<__nv_bfloat16, 3>(base, {static_cast<std::size_t>(c.max_tokens), h, d});
+  graphs::check_binding_shapes(c, bound, {}, true);  // enough for chunks alone
+  try {
+    graphs::check_binding_shapes(c, bound, {}, true, step);
+    FAIL("a chunk-sized q was accepted for steps of 1000 tokens");
+  } catch (const InvalidArgument& e) {
+    CHECK(contains(e.what(), "q"));
+    CHECK(contains(e.what(), "needs at least 1000"));
+  }
+}
+
+TEST_CASE("a step's chunks are staged with their rows: token and compressed-row offsets in chunk order",
+          "[cpu][step]") {
+  model::PipelineConfig c = test::two_layer_config();
+  graphs::ChunkEncoder encoder(c, true);
+  graphs::StepLayout layout = graphs::StepLayout::make(c, 16, 4 * c.max_tokens);
+  graphs::StepSplitter splitter(c, layout);
+  std::mt19937 rng(7);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(c.swa_blocks_per_request()), 0);
+  std::vector<std::int32_t> ctable(static_cast<std::size_t>(c.compressed_blocks_per_request()), 0);
+  std::vector<graphs::RequestInput> requests = random_step(rng, 6, c.max_tokens);
+  for (auto& r : requests) {
+    r.seq_len = std::min(r.seq_len, c.max_model_len);
+    r.swa_blocks = table;
+    for (int i = 1; i < graphs::kNumRatios; ++i) r.compressed_blocks[i] = ctable;
+  }
+  const graphs::StepSplit split = splitter.split(graphs::StepInput{requests});
+  REQUIRE(split.status == graphs::RunStatus::ok);
+  REQUIRE(split.chunks >= 2);
+  std::vector<std::int32_t> words(static_cast<std::size_t>(encoder.layout().words));
+  graphs::ChunkRows rows;
+  int tokens = 0;
+  int compressed[graphs::kNumRatios] = {0, 0, 0};
+  for (int k = 0; k < split.chunks; ++k) {
+    const graphs::ChunkInput chunk = splitter.chunk(k);
+    // Blocks shared between requests are refused only for writes of one step into one block; the
+    // table here maps every request to block 0, so check the chunk without the insert's rule.
+    graphs::ChunkEncoder plain(c, false);
+    const graphs::ChunkCheck checked = plain.check(chunk, 0b111);
+    REQUIRE(checked.status == graphs::RunStatus::ok);
+    plain.write(chunk, checked, 0b111, words.data(), rows);
+    const auto* sc = reinterpret_cast<const kernels::ChunkScalars*>(words.data() + encoder.layout().scalars);
+    for (int i = 0; i < graphs::kNumRatios; ++i) {
+      INFO("chunk " << k << ", ratio index " << i);
+      CHECK(sc[i].token_offset == tokens);
+      CHECK(sc[i].new_row_offset == (i == 0 ? 0 : compressed[i]));
+    }
+    tokens += checked.tokens;
+    for (const graphs::RequestInput& r : chunk.requests) {
+      for (int i = 1; i < graphs::kNumRatios; ++i) compressed[i] += graphs::new_compressed_rows(r.seq_len, r.query_len, graphs::kRatios[i]);
+    }
+    rows = rows.next(checked);
+    CHECK(rows.token_offset == tokens);
+    for (int i = 1; i < graphs::kNumRatios; ++i) CHECK(rows.new_row_offset[i] == compressed[i]);
+  }
+  // A chunk written alone starts at row 0.
+  const graphs::ChunkInput first = splitter.chunk(0);
+  graphs::ChunkEncoder plain(c, false);
+  const graphs::ChunkCheck checked = plain.check(first, 0b111);
+  plain.write(first, checked, 0b111, words.data());
+  const auto* sc = reinterpret_cast<const kernels::ChunkScalars*>(words.data() + encoder.layout().scalars);
+  for (int i = 0; i < graphs::kNumRatios; ++i) CHECK((sc[i].token_offset == 0 && sc[i].new_row_offset == 0));
 }

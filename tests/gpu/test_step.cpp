@@ -1,8 +1,10 @@
 // Steps in one graph launch (src/spgraph/graphs/step.hpp, docs/graphs.md "Steps"): a step of k chunks, run as
-// one step-graph launch or as the eager host loop, leaves exactly what k single-chunk runs leave
-// (every layer's outputs and caches, bit for bit, outputs NaN-poisoned before each run); the step
-// graph holds the expected nodes; steps of any size alternate on the graphs warm-up captured; a
-// step of no chunks does nothing; steady state makes no allocation call.
+// one step-graph launch or as the eager host loop, over step-sized buffers, leaves exactly what k
+// single-chunk runs leave, each on its chunk's rows of the step's inputs (every layer's outputs at
+// the chunk's rows and every cache, bit for bit, outputs NaN-poisoned before each run; rows past
+// the step's tokens untouched); the step graph holds the expected nodes; steps of any size
+// alternate on the graphs warm-up captured; a step of no chunks does nothing; steady state makes
+// no allocation call.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -166,53 +168,161 @@ void write_caches(graphs::Executor& ex, const Caches& c) {
   SPG_CUDA_TRY(cudaDeviceSynchronize());
 }
 
-/// What a run leaves: every layer's outputs (all T rows) and every cache.
+/// What a run leaves: every layer's outputs (every row of the step-sized buffers) and every cache.
 struct State {
   std::vector<LayerOutputs> outputs;
   Caches caches;
   bool operator==(const State& o) const { return outputs == o.outputs && caches == o.caches; }
 };
 
+std::size_t output_rows(graphs::Executor& ex, std::size_t l) { return ex.layer(l).out.extent(0); }
+
 State read_state(graphs::Executor& ex) {
   State s;
   for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
-    s.outputs.push_back(test::read_outputs(ex, l, ex.config().max_tokens));
+    s.outputs.push_back(test::read_outputs(ex, l, static_cast<int>(output_rows(ex, l))));
   }
   s.caches = read_caches(ex);
   return s;
 }
 
+/// A step's inputs, every row of the step-sized buffers: q, top-k (valid for any request of at
+/// least kMinPrefix tokens), K rows and compressed K rows, random per row, per layer.
+struct StepRows {
+  std::vector<std::vector<std::uint16_t>> q, k_rows, compressed_k_rows;
+  std::vector<std::vector<std::int32_t>> topk;
+};
+
+StepRows random_rows(graphs::Executor& ex, std::mt19937_64& rng) {
+  const model::PipelineConfig& cfg = ex.config();
+  StepRows in;
+  const std::size_t L = cfg.layers.size();
+  in.q.resize(L);
+  in.k_rows.resize(L);
+  in.compressed_k_rows.resize(L);
+  in.topk.resize(L);
+  for (std::size_t l = 0; l < L; ++l) {
+    const graphs::LayerBuffers& v = ex.layer(l);
+    const model::LayerConfig& layer = cfg.layers[l];
+    in.q[l].resize(v.q.extent(0) * v.q.extent(1) * v.q.extent(2));
+    for (auto& x : in.q[l]) x = test::random_bf16(rng, 1.0F);
+    in.k_rows[l].resize(v.k_rows.extent(0) * model::kHeadDim);
+    for (auto& x : in.k_rows[l]) x = test::random_bf16(rng, 0.1F);
+    if (layer.compress_ratio == 1) continue;
+    in.compressed_k_rows[l].resize(v.compressed_k_rows.extent(0) * model::kHeadDim);
+    for (auto& x : in.compressed_k_rows[l]) x = test::random_bf16(rng, 0.05F);
+    const int rows = kMinPrefix / layer.compress_ratio;
+    in.topk[l].resize(v.topk_indices.extent(0) * static_cast<std::size_t>(layer.top_k));
+    for (auto& x : in.topk[l]) {
+      x = rng() % 10 == 0 ? -1 : static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(rows));
+    }
+  }
+  return in;
+}
+
+/// Uploads rows [first, first + count) of every layer's inputs into rows [0, count) of the
+/// executor's buffers (compressed K rows: `compressed[ratio index]` rows from `compressed_first`).
+void upload_rows(graphs::Executor& ex, const StepRows& in, std::size_t first, std::size_t count,
+                 const std::size_t (&compressed_first)[graphs::kNumRatios],
+                 const std::size_t (&compressed)[graphs::kNumRatios]) {
+  ex.synchronize();
+  const model::PipelineConfig& cfg = ex.config();
+  for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
+    const graphs::LayerBuffers& v = ex.layer(l);
+    const model::LayerConfig& layer = cfg.layers[l];
+    const std::size_t q_row = v.q.extent(1) * v.q.extent(2);
+    test::upload_rows(v.q, in.q[l].data() + first * q_row, count);
+    test::upload_rows(v.k_rows, in.k_rows[l].data() + first * model::kHeadDim, count);
+    if (layer.compress_ratio == 1) continue;
+    const int i = graphs::ratio_index(layer.compress_ratio);
+    test::upload_rows(v.topk_indices, in.topk[l].data() + first * static_cast<std::size_t>(layer.top_k), count);
+    test::upload_rows(v.compressed_k_rows, in.compressed_k_rows[l].data() + compressed_first[i] * model::kHeadDim,
+                      compressed[i]);
+  }
+  SPG_CUDA_TRY(cudaDeviceSynchronize());  // pageable copies ran on the legacy stream
+}
+
+/// Every row of the inputs to rows 0 .. of the buffers: what a step reads.
+void upload_step_rows(graphs::Executor& ex, const StepRows& in) {
+  std::size_t compressed[graphs::kNumRatios] = {0, 0, 0};
+  for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
+    const int r = ex.config().layers[l].compress_ratio;
+    if (r > 1) compressed[graphs::ratio_index(r)] = ex.layer(l).compressed_k_rows.extent(0);
+  }
+  const std::size_t none[graphs::kNumRatios] = {0, 0, 0};
+  upload_rows(ex, in, 0, ex.layer(0).q.extent(0), none, compressed);
+}
+
 enum class How { chunks, step_eager, step_graph };
 
-/// From the caches `start`, with the outputs poisoned: the step `s` run `how`.
+/// From the caches `start`, with the outputs poisoned: the step `s` over the inputs `in`, run `how`.
+/// How::chunks is the reference: each chunk run alone (run(chunk)) on its rows of the step's
+/// inputs, uploaded to rows from 0, and its outputs' rows [0, tokens) put at the chunk's rows of
+/// the step; rows past the step's tokens stay poisoned.
 State run_from(graphs::Executor& ex, graphs::StepSplitter& splitter, const Caches& start, const StepData& s,
-               int program, How how) {
+               const StepRows& in, int program, How how) {
   write_caches(ex, start);
   poison_outputs(ex);
   if (how == How::chunks) {
+    State want = read_state(ex);  // poison everywhere
     const graphs::StepSplit split = splitter.split(s.input());
     REQUIRE(split.status == graphs::RunStatus::ok);
-    for (int c = 0; c < split.chunks; ++c) require_ok(ex.run(splitter.chunk(c), program));
-  } else {
-    const graphs::RunResult r = how == How::step_graph ? ex.run(s.input(), program) : ex.run_eager(s.input(), program);
-    require_ok(r);
-    CHECK(r.chunks == splitter.split(s.input()).chunks);
+    std::size_t token = 0;
+    std::size_t row[graphs::kNumRatios] = {0, 0, 0};
+    for (int c = 0; c < split.chunks; ++c) {
+      const graphs::ChunkInput chunk = splitter.chunk(c);
+      const auto tokens = static_cast<std::size_t>(chunk.num_tokens());
+      std::size_t rows[graphs::kNumRatios] = {0, 0, 0};
+      for (const graphs::RequestInput& r : chunk.requests) {
+        for (int i = 1; i < graphs::kNumRatios; ++i) {
+          rows[i] += static_cast<std::size_t>(graphs::new_compressed_rows(r.seq_len, r.query_len, graphs::kRatios[i]));
+        }
+      }
+      upload_rows(ex, in, token, tokens, row, rows);
+      require_ok(ex.run(chunk, program));
+      for (std::size_t l = 0; l < ex.config().layers.size(); ++l) {
+        const LayerOutputs got = test::read_outputs(ex, l, static_cast<int>(tokens));
+        LayerOutputs& w = want.outputs[l];
+        const std::size_t h = static_cast<std::size_t>(ex.config().layers[l].h_q);
+        std::copy(got.out.begin(), got.out.end(), w.out.begin() + static_cast<std::ptrdiff_t>(token * h * 512));
+        std::copy(got.lse.begin(), got.lse.end(), w.lse.begin() + static_cast<std::ptrdiff_t>(token * h));
+        std::copy(got.max_logits.begin(), got.max_logits.end(),
+                  w.max_logits.begin() + static_cast<std::ptrdiff_t>(token * h));
+      }
+      token += tokens;
+      for (int i = 1; i < graphs::kNumRatios; ++i) row[i] += rows[i];
+    }
+    want.caches = read_caches(ex);
+    upload_step_rows(ex, in);  // the step's inputs back in place
+    return want;
   }
+  const graphs::RunResult r = how == How::step_graph ? ex.run(s.input(), program) : ex.run_eager(s.input(), program);
+  require_ok(r);
+  CHECK(r.chunks == splitter.split(s.input()).chunks);
   return read_state(ex);
 }
 
 }  // namespace
 
-TEST_CASE("a step of k chunks in one launch leaves what k single-chunk runs leave, bit for bit", "[gpu][step]") {
+TEST_CASE("a step of k chunks in one launch writes each chunk's rows as k single-chunk runs do, bit for bit",
+          "[gpu][step]") {
   const model::PipelineConfig cfg = step_program();
   graphs::Executor ex(cfg, step_options());
   const graphs::WarmupReport report = ex.warmup();
   CHECK(report.step_graphs == 2 * ex.programs());
+  // The buffers hold a whole step: max_step_tokens rows, and S / r + Q compressed K rows.
+  for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
+    CHECK(ex.layer(l).q.extent(0) == static_cast<std::size_t>(kStepTokens));
+    CHECK(ex.layer(l).out.extent(0) == static_cast<std::size_t>(kStepTokens));
+    const int r = cfg.layers[l].compress_ratio;
+    if (r > 1) CHECK(ex.layer(l).compressed_k_rows.extent(0) == static_cast<std::size_t>(kStepTokens / r + kStepRequests));
+  }
   World world(ex, 17);
-  world.randomize_topk_all(kMinPrefix);
   const Caches start = read_caches(ex);
   graphs::StepSplitter splitter(cfg, ex.step_layout());
   std::mt19937_64& rng = world.rng();
+  const StepRows rows = random_rows(ex, rng);
+  upload_step_rows(ex, rows);
 
   // k = 1 .. 16 in a shuffled order: steps of different sizes follow each other on the graphs
   // warm-up captured (the executor never captures after warm-up).
@@ -234,12 +344,16 @@ TEST_CASE("a step of k chunks in one launch leaves what k single-chunk runs leav
     }
     const int program = k % 5 == 0 ? 1 : 0;
     INFO("k = " << k << " chunks, program " << program);
-    const State want = run_from(ex, splitter, start, s, program, How::chunks);
-    // The reference did run: rows of the last chunk are no longer poison.
-    CHECK(!std::isnan(want.outputs.back().lse[0]));
-    CHECK(run_from(ex, splitter, start, s, program, How::step_eager) == want);
-    CHECK(run_from(ex, splitter, start, s, program, How::step_graph) == want);
-    CHECK(run_from(ex, splitter, start, s, program, How::step_graph) == want);  // replayed again
+    const State want = run_from(ex, splitter, start, s, rows, program, How::chunks);
+    // The reference did run: the last token's row is no longer poison, the row after the step is.
+    const int step_tokens = static_cast<int>(graphs::ChunkInput{s.requests}.num_tokens());
+    const auto last = static_cast<std::size_t>(ex.program_layers(program).back());
+    const std::size_t h = static_cast<std::size_t>(cfg.layers[last].h_q);
+    CHECK(!std::isnan(want.outputs[last].lse[static_cast<std::size_t>(step_tokens - 1) * h]));
+    if (step_tokens < kStepTokens) CHECK(std::isnan(want.outputs[last].lse[static_cast<std::size_t>(step_tokens) * h]));
+    CHECK(run_from(ex, splitter, start, s, rows, program, How::step_eager) == want);
+    CHECK(run_from(ex, splitter, start, s, rows, program, How::step_graph) == want);
+    CHECK(run_from(ex, splitter, start, s, rows, program, How::step_graph) == want);  // replayed again
   }
   CHECK(buckets_seen.size() >= 5);
   CHECK(one_request_chunks > 0);
@@ -247,15 +361,42 @@ TEST_CASE("a step of k chunks in one launch leaves what k single-chunk runs leav
   CHECK(ex.read_run_faults().total() == 0);
 }
 
-TEST_CASE("the step graph holds head, WHILE, next, SWITCH and one body per bucket", "[gpu][step]") {
+TEST_CASE("a chunk metadata block larger than one CTA's copy: next stages every chunk whole", "[gpu][step]") {
+  // max_model_len 65536 widens the block tables: a chunk's block is thousands of 16-byte vectors,
+  // which next copies with several CTAs, the last of which advances the chunk index.
+  model::PipelineConfig cfg = step_program();
+  cfg.max_model_len = 65536;
+  graphs::Executor ex(cfg, step_options());
+  ex.warmup();
+  REQUIRE(ex.step_layout().chunk_words / 4 > 4 * 256);  // more than four CTAs of 256 threads
+  World world(ex, 23);
+  const Caches start = read_caches(ex);
+  graphs::StepSplitter splitter(cfg, ex.step_layout());
+  const StepRows rows = random_rows(ex, world.rng());
+  upload_step_rows(ex, rows);
+  for (const int k : {3, 16, 9}) {
+    INFO("k = " << k << " chunks");
+    const StepData s = step_of(cfg, splitter, k, world.rng());
+    const State want = run_from(ex, splitter, start, s, rows, 0, How::chunks);
+    CHECK(run_from(ex, splitter, start, s, rows, 0, How::step_graph) == want);
+    CHECK(run_from(ex, splitter, start, s, rows, 0, How::step_eager) == want);
+  }
+  CHECK(ex.read_run_faults().total() == 0);
+}
+
+TEST_CASE("the step graph holds head, WHILE, next, SWITCH and one body of layers per bucket", "[gpu][step]") {
   graphs::Executor ex(step_program(), step_options());
   ex.warmup();
   for (int p = 0; p < ex.programs(); ++p) {
     std::vector<const graphs::Pipeline*> bodies;
     std::size_t want = 4;
     for (int b = 0; b < ex.buckets().size(); ++b) {
-      bodies.push_back(&ex.pipeline(p, b));
-      want += static_cast<std::size_t>(ex.pipeline(p, b).kernel_launches());
+      const graphs::Pipeline& body = ex.step_body(p, b);
+      CHECK(body.step_rows());
+      CHECK(!ex.pipeline(p, b).step_rows());
+      CHECK(body.kernel_launches() == ex.pipeline(p, b).kernel_launches());
+      bodies.push_back(&body);
+      want += static_cast<std::size_t>(body.kernel_launches() - 1);  // a body: the layers, no stage-in
     }
     for (int s = 0; s < 2; ++s) {
       const graphs::StepGraph g = ex.record_step_graph(p, s);
@@ -267,7 +408,7 @@ TEST_CASE("the step graph holds head, WHILE, next, SWITCH and one body per bucke
       for (int b = 0; b < ex.buckets().size(); ++b) {
         std::size_t n = 0;
         REQUIRE(cudaGraphGetNodes(g.bucket_bodies[static_cast<std::size_t>(b)], nullptr, &n) == cudaSuccess);
-        CHECK(n == static_cast<std::size_t>(ex.pipeline(p, b).kernel_launches()));
+        CHECK(n == static_cast<std::size_t>(ex.pipeline(p, b).kernel_launches() - 1));
       }
       CHECK(g.node_count() == want);
       CHECK(graphs::StepGraph::expected_nodes(bodies) == want);
@@ -302,11 +443,12 @@ TEST_CASE("refused steps write nothing and name the chunk and the request at fau
   graphs::Executor ex(cfg, step_options());
   ex.warmup();
   World world(ex, 5);
-  world.randomize_topk_all(kMinPrefix);
   const Caches start = read_caches(ex);
   graphs::StepSplitter splitter(cfg, ex.step_layout());
+  const StepRows rows = random_rows(ex, world.rng());
+  upload_step_rows(ex, rows);
   const StepData good = step_of(cfg, splitter, 6, world.rng());
-  const State want = run_from(ex, splitter, start, good, 0, How::chunks);
+  const State want = run_from(ex, splitter, start, good, rows, 0, How::chunks);
 
   StepData bad = step_of(cfg, splitter, 6, world.rng());
   const std::size_t victim = bad.requests.size() - 1;
@@ -332,8 +474,15 @@ TEST_CASE("refused steps write nothing and name the chunk and the request at fau
   r = ex.run(graphs::StepInput{many});
   CHECK(r.status == graphs::RunStatus::no_bucket);
   CHECK(std::string(r.bad_field) == "step.requests");
+  // More tokens than max_step_tokens, the rows the buffers hold: refused naming step.tokens.
+  std::vector<graphs::RequestInput> long_step(1, good.requests[0]);
+  long_step[0].query_len = kStepTokens + 1;
+  long_step[0].seq_len = kStepTokens + 1;
+  r = ex.run(graphs::StepInput{long_step});
+  CHECK(r.status == graphs::RunStatus::no_bucket);
+  CHECK(std::string(r.bad_field) == "step.tokens");
   // Nothing was staged by the refusals: the next step is exactly the good one.
-  CHECK(run_from(ex, splitter, start, good, 0, How::step_graph) == want);
+  CHECK(run_from(ex, splitter, start, good, rows, 0, How::step_graph) == want);
 
   graphs::Executor no_steps(cfg, graphs::ExecutorOptions{});
   no_steps.warmup();

@@ -240,7 +240,8 @@ ChunkCheck ChunkEncoder::check(const ChunkInput& chunk, int ratio_mask) noexcept
   return c;
 }
 
-void ChunkEncoder::write(const ChunkInput& chunk, const ChunkCheck& c, int ratio_mask, std::int32_t* w) const noexcept {
+void ChunkEncoder::write(const ChunkInput& chunk, const ChunkCheck& c, int ratio_mask, std::int32_t* w,
+                         const ChunkRows& rows) const noexcept {
   const int n = c.requests;
   int max_gather = 0;
   int* qsl = w + layout_.query_start_loc;
@@ -284,6 +285,8 @@ void ChunkEncoder::write(const ChunkInput& chunk, const ChunkCheck& c, int ratio
     sc->m_rows = n_rows + max_gather;
     sc->new_rows = insert_ ? c.new_rows[i] : 0;
     sc->derive_slots = c.derive_slots ? 1 : 0;
+    sc->token_offset = rows.token_offset;
+    sc->new_row_offset = i > 0 ? rows.new_row_offset[i] : 0;
   }
   if (insert_ && n > 0 && !c.derive_slots) {
     std::memcpy(w + layout_.swa_slots, chunk.swa_slots.data(), chunk.swa_slots.size_bytes());

@@ -135,6 +135,22 @@ struct ChunkCheck {
   const char* bad_reason{nullptr};  ///< bad_chunk: what is wrong with it (a static string)
 };
 
+/// @brief Where a chunk's rows start in the step's buffers (ChunkScalars::token_offset and
+///        new_row_offset): a chunk run alone starts at row 0 of everything. A step's chunk c starts
+///        where chunk c - 1 ends (next()), so a step's tokens and compressed rows are the chunks'
+///        in order, request after request (docs/graphs.md, "Steps").
+struct ChunkRows {
+  int token_offset{0};
+  int new_row_offset[kNumRatios]{};  ///< per ratio index (index 0 unused)
+  /// Where the chunk after the checked one starts.
+  [[nodiscard]] ChunkRows next(const ChunkCheck& checked) const noexcept {
+    ChunkRows n = *this;
+    n.token_offset += checked.tokens;
+    for (int i = 1; i < kNumRatios; ++i) n.new_row_offset[i] += checked.new_rows[i];
+    return n;
+  }
+};
+
 /// @brief Checks chunks against a config and writes their metadata blocks; the replay path's host
 ///        work. No allocation (its scratch is sized at construction), no exception; not for use
 ///        by two threads at once (check() writes that scratch).
@@ -160,7 +176,9 @@ class ChunkEncoder {
   /// Writes a checked chunk's metadata into `words` (a block of layout().words), only what the
   /// kernels read this step: padded requests get zero lengths, and of the SWA block table only
   /// the entries of the window positions [seq_len - gather_len, seq_len) are written.
-  void write(const ChunkInput& chunk, const ChunkCheck& checked, int ratio_mask, std::int32_t* words) const noexcept;
+  /// `rows`: where the chunk's rows start in a step's buffers (default: row 0, a chunk run alone).
+  void write(const ChunkInput& chunk, const ChunkCheck& checked, int ratio_mask, std::int32_t* words,
+             const ChunkRows& rows = {}) const noexcept;
 
  private:
   int max_requests_;

@@ -61,12 +61,15 @@ std::size_t attention_headroom(const model::PipelineConfig& config, const std::v
   return bytes;
 }
 
+/// The largest step the layer buffers must hold ({0, 0} without steps).
+StepBounds step_bounds(const ExecutorOptions& o) noexcept { return StepBounds{o.max_step_requests, o.max_step_tokens}; }
+
 /// The pool for what the caller did not bind: the bindings' device residency is checked (the one
 /// binding check that asks the device) before anything is allocated.
 memory::BufferPool checked_pool(const model::PipelineConfig& config, const ExecutorOptions& options,
                                 const std::vector<std::vector<int>>& programs, const BucketSet& buckets,
                                 memory::PoolPlan plan) {
-  check_bindings(config, options.buffers, programs, options.insert);
+  check_bindings(config, options.buffers, programs, options.insert, step_bounds(options));
   const std::size_t headroom = attention_headroom(config, programs, buckets);
   return memory::BufferPool(std::move(plan), headroom);
 }
@@ -99,8 +102,8 @@ ExecutorPlan plan_executor(model::PipelineConfig config, const ExecutorOptions& 
   if (options.max_step_requests != 0 || options.max_step_tokens != 0) {
     step = StepLayout::make(config, options.max_step_requests, options.max_step_tokens);
   }
-  check_binding_shapes(config, options.buffers, programs, options.insert);
-  memory::PoolPlan pool = plan_pipeline_pool(config, options.buffers, options.insert);
+  check_binding_shapes(config, options.buffers, programs, options.insert, step_bounds(options));
+  memory::PoolPlan pool = plan_pipeline_pool(config, options.buffers, options.insert, step_bounds(options));
   plan_step_slots(pool, step);
   return ExecutorPlan{std::move(config), std::move(buckets), std::move(programs), std::move(ratios), std::move(pool),
                       step};
@@ -109,7 +112,6 @@ ExecutorPlan plan_executor(model::PipelineConfig config, const ExecutorOptions& 
 ExecutorViews executor_views(const model::PipelineConfig& config, const ExecutorOptions& options,
                              const memory::BufferPool& pool) {
   ExecutorViews out;
-  const auto T = static_cast<std::size_t>(config.max_tokens);
   out.layers.resize(config.layers.size());
   for (std::size_t i = 0; i < config.layers.size(); ++i) {
     const model::LayerConfig& l = config.layers[i];
@@ -122,6 +124,7 @@ ExecutorViews executor_views(const model::PipelineConfig& config, const Executor
     };
     auto name = [&](LayerBuffer b) { return slots::layer_slot(i, b); };
     using B = LayerBuffer;
+    const std::size_t T = required_rows(config, l, B::q, step_bounds(options));  // per-token rows
     if (planned(B::q, bound(given.q))) {
       v.q = slot_view<__nv_bfloat16, 3>(pool, name(B::q), {T, h, static_cast<std::size_t>(l.d_qk)});
     }
@@ -134,7 +137,7 @@ ExecutorViews executor_views(const model::PipelineConfig& config, const Executor
     if (planned(B::compressed_k_rows, bound(given.compressed_k_rows))) {
       v.compressed_k_rows = slot_view<__nv_bfloat16, 2>(
           pool, name(B::compressed_k_rows),
-          {required_rows(config, l, B::compressed_k_rows), std::size_t{model::kHeadDim}});
+          {required_rows(config, l, B::compressed_k_rows, step_bounds(options)), std::size_t{model::kHeadDim}});
     }
     for (const B cb : {B::swa_cache, B::compressed_cache}) {
       PagedCache& c = cb == B::swa_cache ? v.swa_cache : v.compressed_cache;
@@ -156,6 +159,8 @@ ExecutorViews executor_views(const model::PipelineConfig& config, const Executor
       pool, slots::kKvWorkspace,
       {static_cast<std::size_t>(config.max_requests), static_cast<std::size_t>(max_kv_rows(config)),
        std::size_t{model::kHeadDim}});
+  // The workspaces are a chunk's: T rows.
+  const auto T = static_cast<std::size_t>(config.max_tokens);
   out.workspace.combined_indices = slot_view<std::int32_t, 2>(
       pool, slots::kCombined, {T, static_cast<std::size_t>(max_combined_width(config))});
   out.workspace.combined_lens = slot_view<std::int32_t, 1>(pool, slots::kCombinedLens, {T});
@@ -219,6 +224,8 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
     step_state_ = reinterpret_cast<std::int32_t*>(
         pool_.bytes(slots::kStepState, static_cast<std::size_t>(step_layout_.header_words) * 4));
     SPG_CUDA_TRY(cudaMemsetAsync(step_state_, 0, static_cast<std::size_t>(step_layout_.header_words) * 4, stream()));
+    step_meta_ = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStepMeta, step_layout_.meta_bytes()));
+    SPG_CUDA_TRY(cudaMemsetAsync(step_meta_, 0, step_layout_.meta_bytes(), stream()));
     for (int s = 0; s < 2; ++s) {
       step_staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStepStaging[s], step_layout_.bytes()));
       std::memset(step_staging_[s], 0, step_layout_.bytes());
@@ -275,6 +282,9 @@ WarmupReport Executor::warmup() {
 
   std::vector<Entry> entries(programs_.size() * static_cast<std::size_t>(buckets_.size()));
   const PipelineBuffers buffers = pipeline_buffers();
+  // With steps, the step graph's bucket bodies: the same stages on a step's rows (step_rows).
+  std::vector<std::unique_ptr<Pipeline>> step_pipelines;
+  std::vector<std::vector<const Pipeline*>> bodies(programs_.size());
   {
     const detail::TraceRange prepare(detail::TracePhase::prepare);
     for (int p = 0; p < programs(); ++p) {
@@ -282,6 +292,11 @@ WarmupReport Executor::warmup() {
         entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) + static_cast<std::size_t>(b)]
             .pipeline = std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)],
                                                    buckets_.r_of(b), buckets_.t_of(b), options_.insert);
+        if (step_layout_.max_chunks == 0) continue;
+        step_pipelines.push_back(std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)],
+                                                            buckets_.r_of(b), buckets_.t_of(b), options_.insert,
+                                                            /*step_rows=*/true));
+        bodies[static_cast<std::size_t>(p)].push_back(step_pipelines.back().get());
       }
     }
   }
@@ -328,21 +343,17 @@ WarmupReport Executor::warmup() {
     SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
     report.capture_ms = ms_since(t0);
   }
-  std::vector<std::vector<const Pipeline*>> bodies(programs_.size());
-  for (std::size_t p = 0; p < programs_.size(); ++p) {
-    for (int b = 0; b < buckets_.size(); ++b) {
-      bodies[p].push_back(entries[p * static_cast<std::size_t>(buckets_.size()) + static_cast<std::size_t>(b)].pipeline.get());
-    }
-  }
   std::vector<std::array<GraphExec, 2>> step_execs;
   if (step_layout_.max_chunks > 0) {
-    // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's body.
+    // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's
+    // body, then every body once on that chunk's metadata.
     const int one[1] = {0};
     std::int32_t* const block = step_staging_[0];
     block[kernels::StepStateWords::count] = 1;
     block[kernels::StepStateWords::buckets] = 0;
     encoder_.write(empty, checked, program_ratios_[0], block + step_layout_.chunk_offset(0));
     SPG_CUDA_TRY(record_step_eager(step_loop_args(0), bodies[0], one, stream()));
+    for (const auto& body : step_pipelines) SPG_CUDA_TRY(body->record_layers(stream()));
     SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
     block[kernels::StepStateWords::count] = 0;
     if (options_.capture) {
@@ -364,6 +375,7 @@ WarmupReport Executor::warmup() {
     report.graph_device_bytes = static_cast<std::int64_t>(free_before) - static_cast<std::int64_t>(free_after);
   }
   entries_ = std::move(entries);
+  step_pipelines_ = std::move(step_pipelines);
   bodies_ = std::move(bodies);
   step_execs_ = std::move(step_execs);
   pool_.seal();
@@ -475,6 +487,7 @@ kernels::StepLoopArgs Executor::step_loop_args(int staging) const noexcept {
   a.max_chunks = step_layout_.max_chunks;
   a.chunk_bytes = static_cast<std::size_t>(step_layout_.chunk_words) * 4;
   a.header_words = step_layout_.header_words;
+  a.step_meta = step_meta_;
   a.chunk_meta = chunk_meta_;
   a.status = status_;
   return a;
@@ -512,9 +525,11 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
   const int s = static_cast<int>(steps_ & 1);
   if (!acquire_staging(s, result)) return result;
   std::int32_t* const block = step_staging_[s];
+  ChunkRows rows;  // chunk c's rows follow chunk c - 1's in the step's buffers
   for (int c = 0; c < split.chunks; ++c) {
-    encoder_.write(splitter_->chunk(c), step_checks_[static_cast<std::size_t>(c)], mask,
-                   block + step_layout_.chunk_offset(c));
+    const ChunkCheck& checked = step_checks_[static_cast<std::size_t>(c)];
+    encoder_.write(splitter_->chunk(c), checked, mask, block + step_layout_.chunk_offset(c), rows);
+    rows = rows.next(checked);
     block[kernels::StepStateWords::buckets + c] = step_buckets_[static_cast<std::size_t>(c)];
   }
   block[kernels::StepStateWords::count] = split.chunks;

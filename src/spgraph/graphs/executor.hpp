@@ -165,9 +165,12 @@ class Executor {
   /// over max_step_requests / max_step_tokens (no_bucket), a bad request or chunk (bad_chunk,
   /// with bad_chunk and bad_request the step's indices). Never throws, never allocates.
   ///
-  /// Every chunk reads its q, top-k and K rows from rows [0, its tokens) of the layer buffers and
-  /// writes its outputs there, as run(chunk) does: the chunks of a step run in order, and what
-  /// stays in the buffers after the step is what k run(chunk) calls in a row leave.
+  /// The layer buffers hold a whole step (required_rows with the step options): the step's tokens
+  /// are rows [0, its tokens), request after request, and chunk c reads its q, top-k and K rows
+  /// and writes its outputs at rows [offset_c, offset_c + its tokens), offset_c the tokens of the
+  /// chunks before it (compressed K rows likewise, the rows each chunk completes after the earlier
+  /// chunks'). Rows past the step's tokens are not touched. The chunks run in order; each leaves
+  /// what run(chunk) leaves for the same chunk on rows from 0.
   [[nodiscard]] RunResult run(const StepInput& step, int program = 0) noexcept { return run(step, program, stream()); }
   [[nodiscard]] RunResult run(const StepInput& step, int program, cudaStream_t stream) noexcept;
   /// The same step launched from a host loop (head, then per chunk its kernels), for comparison;
@@ -208,6 +211,11 @@ class Executor {
     return *entries_.at(static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
                         static_cast<std::size_t>(bucket)).pipeline;
   }
+  /// The bucket body of (program, bucket) in the step graph: the same stages on a step's rows.
+  /// After warmup(), with steps.
+  [[nodiscard]] const Pipeline& step_body(int program, int bucket) const {
+    return *bodies_.at(static_cast<std::size_t>(program)).at(static_cast<std::size_t>(bucket));
+  }
   /// Records (program, bucket, staging block) into a new graph, exactly as warm-up captured it:
   /// for inspecting what a replay launches (node counts, kernel arguments). After warmup().
   /// @throws StateError before warm-up; CudaError when the capture fails.
@@ -239,7 +247,6 @@ class Executor {
   template <class Launch>
   void submit(int s, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept;
   kernels::StepLoopArgs step_loop_args(int staging) const noexcept;
-  std::vector<const Pipeline*> program_bodies(int program) const;
   PipelineBuffers pipeline_buffers() const noexcept;
 
   model::PipelineConfig config_;
@@ -267,7 +274,9 @@ class Executor {
   std::unique_ptr<StepSplitter> splitter_;
   std::vector<ChunkCheck> step_checks_;
   std::vector<int> step_buckets_;
+  std::vector<std::unique_ptr<Pipeline>> step_pipelines_;  // the bodies, program-major (step rows)
   std::vector<std::vector<const Pipeline*>> bodies_;
+  std::int32_t* step_meta_{nullptr};  // device step blocks: every chunk's metadata, staged by head
   std::vector<std::array<GraphExec, 2>> step_execs_;
   void* attention_workspace_{nullptr};
   bool warmed_up_{false};

@@ -5,6 +5,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -47,11 +48,14 @@ bool layer_uses(const LayerConfig& layer, LayerBuffer b, bool insert) noexcept {
   }
 }
 
-std::size_t required_rows(const PipelineConfig& config, const LayerConfig& layer, LayerBuffer b) noexcept {
+std::size_t required_rows(const PipelineConfig& config, const LayerConfig& layer, LayerBuffer b,
+                          const StepBounds& step) noexcept {
   if (b == LayerBuffer::compressed_k_rows) {
-    return static_cast<std::size_t>(ChunkMetaLayout::compressed_slot_capacity(config, layer.compress_ratio));
+    const int chunk = ChunkMetaLayout::compressed_slot_capacity(config, layer.compress_ratio);
+    const int whole = step.tokens > 0 ? max_new_compressed_rows(step.tokens, step.requests, layer.compress_ratio) : 0;
+    return static_cast<std::size_t>(std::max(chunk, whole));
   }
-  return static_cast<std::size_t>(config.max_tokens);
+  return static_cast<std::size_t>(std::max(config.max_tokens, step.tokens));
 }
 
 kernels::CacheLayout required_cache(const PipelineConfig& config, const LayerConfig& layer, LayerBuffer b) {
@@ -117,7 +121,7 @@ void check_rows(const DeviceView<T, Rank>& v, const std::string& name, std::size
   SPG_EXPECTS(kernels::aligned(v.data_handle(), 16),
               name << " = " << static_cast<const void*>(v.data_handle()) << " must be 16-byte aligned");
   SPG_EXPECTS(v.extent(0) >= rows, name << ": " << describe(v) << " has " << v.extent(0) << " rows; it needs at least "
-                                        << rows << " (the config's largest bucket)");
+                                        << rows << " (the config's largest bucket, or with steps the largest step)");
   std::size_t packed = 1;
   for (std::size_t i = Rank - 1; i >= 1; --i) {
     SPG_EXPECTS(v.extent(i) == inner[i - 1],
@@ -159,7 +163,8 @@ void check_cache(const PagedCache& c, const kernels::CacheLayout& want, const st
 }
 
 /// Every bound buffer of every layer, checked for shape; the ranges they span.
-std::vector<Range> check_shapes(const PipelineConfig& config, const std::vector<LayerBuffers>& buffers, bool insert) {
+std::vector<Range> check_shapes(const PipelineConfig& config, const std::vector<LayerBuffers>& buffers, bool insert,
+                                const StepBounds& step) {
   std::vector<Range> ranges;
   SPG_EXPECTS(buffers.empty() || buffers.size() == config.layers.size(),
               "buffers holds " << buffers.size() << " entries; it must be empty or hold one per layer ("
@@ -168,7 +173,7 @@ std::vector<Range> check_shapes(const PipelineConfig& config, const std::vector<
     const LayerBuffers& b = buffers[i];
     const LayerConfig& l = config.layers[i];
     const auto h = static_cast<std::size_t>(l.h_q);
-    auto rows = [&](LayerBuffer which) { return required_rows(config, l, which); };
+    auto rows = [&](LayerBuffer which) { return required_rows(config, l, which, step); };
     // A buffer is given when it has data or extents; given without data is a null binding.
     auto used = [&](LayerBuffer which, const void* data, bool has_extents) {
       const bool is_bound = data != nullptr;
@@ -302,13 +307,13 @@ void check_resident(const Range& r, int device) {
 }  // namespace
 
 void check_binding_shapes(const PipelineConfig& config, const std::vector<LayerBuffers>& buffers,
-                          const std::vector<std::vector<int>>& programs, bool insert) {
-  check_overlaps(check_shapes(config, buffers, insert), programs);
+                          const std::vector<std::vector<int>>& programs, bool insert, const StepBounds& step) {
+  check_overlaps(check_shapes(config, buffers, insert, step), programs);
 }
 
 void check_bindings(const PipelineConfig& config, const std::vector<LayerBuffers>& buffers,
-                    const std::vector<std::vector<int>>& programs, bool insert) {
-  const std::vector<Range> ranges = check_shapes(config, buffers, insert);
+                    const std::vector<std::vector<int>>& programs, bool insert, const StepBounds& step) {
+  const std::vector<Range> ranges = check_shapes(config, buffers, insert, step);
   check_overlaps(ranges, programs);
   if (ranges.empty()) return;
   int device = 0;

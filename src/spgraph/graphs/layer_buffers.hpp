@@ -68,7 +68,8 @@ struct PagedCache {
 /// As a binding (ExecutorOptions::buffers), a member with data is the caller's, used in place for
 /// the executor's whole life (its address must stay valid and fixed, as for any captured graph);
 /// a member left empty is planned in the executor's pool. As returned by Executor::layer(), every
-/// buffer the layer uses has data. Rows may exceed T; only the first T_bucket are used per step.
+/// buffer the layer uses has data. Rows may exceed T; a chunk run alone uses its first T_bucket,
+/// a step's chunk its own rows of the step's (required_rows: with steps the buffers hold a step).
 struct LayerBuffers {
   DeviceView<__nv_bfloat16, 3> q;                  ///< [>= T, h_q, d_qk]; token stride >= h_q * d_qk, a multiple of 8
   DeviceView<std::int32_t, 2> topk_indices;        ///< [>= T, top_k], contiguous (r > 1)
@@ -93,9 +94,17 @@ inline constexpr LayerBuffer kLayerBuffers[] = {LayerBuffer::q,          LayerBu
 /// Whether the layer has buffer `b`: topk and the compressed buffers need r > 1, the sink
 /// attn_sink, the K rows the insert stage.
 [[nodiscard]] bool layer_uses(const model::LayerConfig& layer, LayerBuffer b, bool insert) noexcept;
-/// Rows of a row-indexed buffer: T for the per-token buffers, T / r + R for compressed_k_rows.
+/// @brief The largest step run(StepInput) takes (ExecutorOptions::max_step_requests Q and
+///        max_step_tokens S): a step's chunks read and write their rows of step-sized buffers, so
+///        the row-indexed buffers hold a whole step too. {0, 0}: no steps.
+struct StepBounds {
+  int requests{0};
+  int tokens{0};
+};
+/// Rows of a row-indexed buffer: max(T, S) for the per-token buffers, max(T / r + R, S / r + Q)
+/// for compressed_k_rows (the most rows a chunk, or a step, completes).
 [[nodiscard]] std::size_t required_rows(const model::PipelineConfig& config, const model::LayerConfig& layer,
-                                        LayerBuffer b) noexcept;
+                                        LayerBuffer b, const StepBounds& step = {}) noexcept;
 /// The cache a layer needs: (swa_block_size, swa_blocks) or (block_tokens / r, compressed_blocks),
 /// at the smallest block stride.
 [[nodiscard]] kernels::CacheLayout required_cache(const model::PipelineConfig& config,
@@ -118,11 +127,11 @@ template <class T, class Extents>
 /// @throws InvalidArgument naming the layer, the buffer, what it got and what it needs; CudaError
 ///         when the device cannot be asked.
 void check_bindings(const model::PipelineConfig& config, const std::vector<LayerBuffers>& buffers,
-                    const std::vector<std::vector<int>>& programs, bool insert);
+                    const std::vector<std::vector<int>>& programs, bool insert, const StepBounds& step = {});
 
 /// @brief The same host-only checks, without the device-residency one (for planning tools and tests).
 void check_binding_shapes(const model::PipelineConfig& config, const std::vector<LayerBuffers>& buffers,
-                          const std::vector<std::vector<int>>& programs, bool insert);
+                          const std::vector<std::vector<int>>& programs, bool insert, const StepBounds& step = {});
 
 /// @brief The workspaces every layer of a step shares (pool slots), as typed views.
 struct StepWorkspace {

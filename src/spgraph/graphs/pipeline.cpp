@@ -36,6 +36,7 @@ struct StepSources {
   kernels::StepStatus* status;
   int r_bucket;
   int t_bucket;
+  bool step_rows;  // a body of the step graph: every per-token row at the chunk's offset
   [[nodiscard]] const kernels::ChunkScalars& scalars(int ratio) const noexcept {
     return reinterpret_cast<const kernels::ChunkScalars*>(words + meta.scalars)[ratio_index(ratio)];
   }
@@ -74,6 +75,10 @@ void insert_stages(const PipelineConfig& config, const LayerConfig& l, const Lay
                                             lb.swa_cache.data,        lb.swa_cache.layout,
                                             src.status};
   derive_from(launch.swa_insert, 1, words + meta.swa_block_table, meta.swa_table_width);
+  if (src.step_rows) {  // the chunk's tokens' K rows, at its offset in the step's rows
+    launch.swa_insert.row_offset = &src.scalars(1).token_offset;
+    launch.swa_insert.source_rows = static_cast<std::int64_t>(lb.k_rows.extent(0));
+  }
   kernels::KvInsert::can_implement(launch.swa_insert);
   const int r = l.compress_ratio;
   if (r > 1) {
@@ -88,6 +93,10 @@ void insert_stages(const PipelineConfig& config, const LayerConfig& l, const Lay
                                                      lb.compressed_cache.layout,
                                                      src.status};
     derive_from(launch.compressed_insert, r, words + meta.compressed_block_table[ri], meta.compressed_table_width);
+    if (src.step_rows) {  // the rows the chunk completes, after those of the step's earlier chunks
+      launch.compressed_insert.row_offset = &src.scalars(r).new_row_offset;
+      launch.compressed_insert.source_rows = static_cast<std::int64_t>(lb.compressed_k_rows.extent(0));
+    }
     kernels::KvInsert::can_implement(launch.compressed_insert);
   }
 }
@@ -142,6 +151,10 @@ kernels::CombineIndicesArgs combine_stage(const LayerConfig& l, const LayerBuffe
   c.combined_width = l.combined_width();
   c.lens = src.ws.combined_lens.data_handle();
   c.status = src.status;
+  if (src.step_rows) {
+    c.token_offset = &src.scalars(r).token_offset;
+    c.topk_rows = r > 1 ? static_cast<std::int64_t>(lb.topk_indices.extent(0)) : 0;
+  }
   kernels::CombineIndices::can_implement(c);
   return c;
 }
@@ -161,6 +174,10 @@ kernels::SparseMlaArgs attention_stage(const PipelineConfig& config, const Layer
   a.out_token_stride = static_cast<std::int64_t>(lb.out.stride(0));
   a.lse = lb.lse.data_handle();
   a.max_logits = lb.max_logits.data_handle();
+  if (src.step_rows) {  // q and the outputs at the chunk's rows; out's descriptor spans all of out
+    a.token_offset = &src.scalars(l.compress_ratio).token_offset;
+    a.out_rows = static_cast<std::int64_t>(lb.out.extent(0));
+  }
   kernels::SparseMla::can_implement(a);
   return a;
 }
@@ -213,8 +230,8 @@ std::size_t Pipeline::attention_workspace_bytes(const PipelineConfig& config, co
 }
 
 Pipeline::Pipeline(const PipelineConfig& config, const PipelineBuffers& buffers, const std::vector<int>& layers,
-                   int r_bucket, int t_bucket, bool insert)
-    : r_bucket_(r_bucket), t_bucket_(t_bucket) {
+                   int r_bucket, int t_bucket, bool insert, bool step_rows)
+    : r_bucket_(r_bucket), t_bucket_(t_bucket), step_rows_(step_rows) {
   check_shape(config, buffers, layers, r_bucket, t_bucket);
   const ChunkMetaLayout meta = ChunkMetaLayout::make(config);
   meta_bytes_ = meta.bytes();
@@ -227,7 +244,7 @@ Pipeline::Pipeline(const PipelineConfig& config, const PipelineBuffers& buffers,
     kernels::StageIn::can_implement(staging, device_meta_, meta_bytes_, status_block_);
   }
 
-  const StepSources src{buffers.chunk_meta, meta, buffers.workspace, status_, r_bucket, t_bucket};
+  const StepSources src{buffers.chunk_meta, meta, buffers.workspace, status_, r_bucket, t_bucket, step_rows};
   // Reads of the views below are in-bounds by construction: every view holds at least T (or
   // R x M_max) rows, and each stage touches only the bucket's.
   for (int index : layers) {

@@ -57,10 +57,13 @@ struct LayerLaunches {
 /// @brief A layer program's stages prepared for one (R_bucket, T_bucket).
 class Pipeline {
  public:
-  /// Builds and checks every stage's arguments (can_implement on each).
+  /// Builds and checks every stage's arguments (can_implement on each). `step_rows`: a body of the
+  /// step graph, whose stages read and write the chunk's rows of the step's buffers, at the offsets
+  /// its metadata holds (ChunkScalars::token_offset, new_row_offset; padded tokens write no
+  /// output); else a chunk run alone, on rows from 0 (docs/graphs.md, "Steps").
   /// @throws InvalidArgument / CapacityError when a stage cannot run this shape.
   Pipeline(const model::PipelineConfig& config, const PipelineBuffers& buffers, const std::vector<int>& layers,
-           int r_bucket, int t_bucket, bool insert);
+           int r_bucket, int t_bucket, bool insert, bool step_rows = false);
 
   /// Bytes of attention workspace the widest layer of `layers` needs at this shape.
   [[nodiscard]] static std::size_t attention_workspace_bytes(const model::PipelineConfig& config,
@@ -83,6 +86,7 @@ class Pipeline {
 
   [[nodiscard]] int r_bucket() const noexcept { return r_bucket_; }
   [[nodiscard]] int t_bucket() const noexcept { return t_bucket_; }
+  [[nodiscard]] bool step_rows() const noexcept { return step_rows_; }
   /// Kernel launches one step makes: the graph's kernel nodes (the stage-in kernel included).
   [[nodiscard]] int kernel_launches() const noexcept;
   /// The prepared arguments of the program's `layer`-th layer.
@@ -91,6 +95,7 @@ class Pipeline {
  private:
   int r_bucket_;
   int t_bucket_;
+  bool step_rows_;
   std::vector<LayerLaunches> layers_;
   const std::byte* staging_[2];
   std::byte* device_meta_;

@@ -74,16 +74,18 @@ std::int64_t max_kv_rows(const PipelineConfig& config) noexcept {
   return m;
 }
 
-PoolPlan plan_pipeline_pool(const PipelineConfig& config, const std::vector<LayerBuffers>& bound, bool insert) {
+PoolPlan plan_pipeline_pool(const PipelineConfig& config, const std::vector<LayerBuffers>& bound, bool insert,
+                            const StepBounds& step) {
   SPG_EXPECTS(bound.empty() || bound.size() == config.layers.size(),
               "buffers holds " << bound.size() << " entries; it must be empty or hold one per layer ("
                                << config.layers.size() << ")");
   return plan_pipeline_pool(
-      config, [&](std::size_t layer, LayerBuffer b) { return !bound.empty() && is_bound(bound[layer], b); }, insert);
+      config, [&](std::size_t layer, LayerBuffer b) { return !bound.empty() && is_bound(bound[layer], b); }, insert,
+      step);
 }
 
 PoolPlan plan_pipeline_pool(const PipelineConfig& config, const std::function<bool(std::size_t, LayerBuffer)>& bound,
-                            bool insert) {
+                            bool insert, const StepBounds& step) {
   config.validate();
   const std::int64_t R = config.max_requests;
   const std::int64_t T = config.max_tokens;
@@ -105,7 +107,7 @@ PoolPlan plan_pipeline_pool(const PipelineConfig& config, const std::function<bo
       const std::string name = slots::layer_slot(i, b);
       const auto rows = static_cast<std::int64_t>(b == LayerBuffer::swa_cache || b == LayerBuffer::compressed_cache
                                                       ? 0
-                                                      : required_rows(config, l, b));
+                                                      : required_rows(config, l, b, step));
       switch (b) {
         case LayerBuffer::q: add_array(plan, name, {rows, l.h_q, l.d_qk}, "bf16", 2); break;
         case LayerBuffer::topk_indices: add_array(plan, name, {rows, l.top_k}, "int32", 4); break;

@@ -28,10 +28,11 @@ inline constexpr const char* kCombined = "combined_indices";
 inline constexpr const char* kCombinedLens = "combined_lens";
 inline constexpr const char* kStaging[2] = {"staging0", "staging1"};
 inline constexpr const char* kAttentionWorkspace = "attention_workspace";
-/// Steps only (ExecutorOptions::max_step_requests > 0): the step staging blocks and the device
-/// step state (src/spgraph/graphs/step.hpp).
+/// Steps only (ExecutorOptions::max_step_requests > 0): the step staging blocks, the device
+/// step state and the device step blocks (src/spgraph/graphs/step.hpp).
 inline constexpr const char* kStepStaging[2] = {"step_staging0", "step_staging1"};
 inline constexpr const char* kStepState = "step_state";
+inline constexpr const char* kStepMeta = "step_meta";
 /// A layer's slot: layer_slot(3, LayerBuffer::q) == "layer3.q".
 [[nodiscard]] std::string layer_slot(std::size_t layer, LayerBuffer b);
 }  // namespace slots
@@ -47,15 +48,17 @@ static_assert(sizeof(kernels::StatusBlock) <= kStepStatusBytes, "the status slot
 
 /// Plans every slot of the pipeline for `config` (validated first) that `bound` does not bind
 /// (one LayerBuffers per layer, or none: everything pooled). With `insert` false the K rows the
-/// insert stage reads are not planned.
+/// insert stage reads are not planned. `step`: the largest step, which the row-indexed layer
+/// buffers must also hold (required_rows).
 /// @throws InvalidArgument from PipelineConfig::validate(), or when `bound` has neither 0 nor one
 ///         entry per layer.
 [[nodiscard]] memory::PoolPlan plan_pipeline_pool(const model::PipelineConfig& config,
-                                                  const std::vector<LayerBuffers>& bound = {}, bool insert = true);
+                                                  const std::vector<LayerBuffers>& bound = {}, bool insert = true,
+                                                  const StepBounds& step = {});
 /// The same with the bound buffers named by a predicate (layer, buffer) -> bound: what the pool
 /// would hold for a binding that does not exist yet (serve_loop --plan --engine-buffers).
 [[nodiscard]] memory::PoolPlan plan_pipeline_pool(const model::PipelineConfig& config,
                                                   const std::function<bool(std::size_t, LayerBuffer)>& is_bound,
-                                                  bool insert);
+                                                  bool insert, const StepBounds& step = {});
 
 }  // namespace spg::graphs

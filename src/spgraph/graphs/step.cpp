@@ -71,6 +71,8 @@ void plan_step_slots(memory::PoolPlan& plan, const StepLayout& layout) {
   }
   plan.add(memory::SlotSpec{slots::kStepState, static_cast<std::size_t>(layout.header_words) * 4, 256,
                             memory::MemoryKind::device, "int32 (step state)"});
+  plan.add(memory::SlotSpec{slots::kStepMeta, layout.meta_bytes(), 256, memory::MemoryKind::device,
+                            "int32 (step blocks: " + std::to_string(layout.max_chunks) + " chunk blocks)"});
 }
 
 StepSplitter::StepSplitter(const model::PipelineConfig& config, const StepLayout& layout)
@@ -93,7 +95,7 @@ StepSplit StepSplitter::split(const StepInput& step) noexcept {
     tokens += r.query_len;
   }
   if (tokens > layout_.max_tokens) {
-    return refuse(RunStatus::no_bucket, -1, "step.tokens", "more tokens than max_step_tokens");
+    return refuse(RunStatus::no_bucket, -1, "step.tokens", "more tokens than max_step_tokens, the rows the layer buffers hold");
   }
   SplitCursor at;
   std::size_t n = 0;
@@ -141,7 +143,8 @@ std::size_t StepGraph::node_count() const {
 
 std::size_t StepGraph::expected_nodes(std::span<const Pipeline* const> bodies) noexcept {
   std::size_t n = 4;  // head, WHILE; next, SWITCH
-  for (const Pipeline* p : bodies) n += static_cast<std::size_t>(p->kernel_launches());
+  // A body is the chunk's layers: its pipeline's launches less the chunk graph's stage-in.
+  for (const Pipeline* p : bodies) n += static_cast<std::size_t>(p->kernel_launches() - 1);
   return n;
 }
 
@@ -186,10 +189,7 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
     cudaGraph_t body = select.conditional.phGraph_out[b];
     out.bucket_bodies.push_back(body);
     const Pipeline* p = bodies[b];
-    capture_into(body, stream, [&] {
-      const cudaError_t e = kernels::StepLoop::run_chunk_stage_in(args, stream);
-      return e == cudaSuccess ? p->record_layers(stream) : e;
-    });
+    capture_into(body, stream, [&] { return p->record_layers(stream); });
   }
   return out;
 }
@@ -200,7 +200,6 @@ cudaError_t record_step_eager(const kernels::StepLoopArgs& args, std::span<const
   cudaError_t e = kernels::StepLoop::run_head(args, none, stream);
   for (std::size_t c = 0; c < chunk_buckets.size() && e == cudaSuccess; ++c) {
     e = kernels::StepLoop::run_next(args, none, stream);
-    if (e == cudaSuccess) e = kernels::StepLoop::run_chunk_stage_in(args, stream);
     if (e == cudaSuccess) e = bodies[static_cast<std::size_t>(chunk_buckets[c])]->record_layers(stream);
   }
   return e;

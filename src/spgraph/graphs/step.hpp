@@ -4,8 +4,9 @@
 // (src/spgraph/graphs/chunk_split.hpp), checks every chunk and writes the step header (chunk count, each
 // chunk's bucket) and every chunk's metadata block into one pinned staging block. One launch of
 // the step graph then loops over the chunks on the device: a WHILE conditional node whose body
-// advances the chunk index and picks the chunk's bucket body with a SWITCH conditional node
-// (src/spgraph/kernels/step_loop). Each chunk runs at its own bucket's size.
+// stages the next chunk and picks its bucket body with a SWITCH conditional node
+// (src/spgraph/kernels/step_loop). Each chunk runs at its own bucket's size, on its own rows of
+// the step's buffers (ChunkScalars::token_offset, new_row_offset).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,6 +51,10 @@ struct StepLayout {
     return static_cast<std::size_t>(header_words) + static_cast<std::size_t>(max_chunks) * static_cast<std::size_t>(chunk_words);
   }
   [[nodiscard]] std::size_t bytes() const noexcept { return words() * 4; }
+  /// Bytes of the device step blocks (pool slot step_meta): max_chunks blocks of chunk_words.
+  [[nodiscard]] std::size_t meta_bytes() const noexcept {
+    return static_cast<std::size_t>(max_chunks) * static_cast<std::size_t>(chunk_words) * 4;
+  }
   [[nodiscard]] std::size_t chunk_offset(int c) const noexcept {
     return static_cast<std::size_t>(header_words) + static_cast<std::size_t>(c) * static_cast<std::size_t>(chunk_words);
   }
@@ -60,8 +65,8 @@ struct StepLayout {
                                        int max_step_tokens);
 };
 
-/// Adds the step slots to a pool plan (docs/memory.md): the two pinned step staging blocks and
-/// the device step state. Nothing for a layout without chunks (no steps).
+/// Adds the step slots to a pool plan (docs/memory.md): the two pinned step staging blocks, the
+/// device step state and the device step blocks. Nothing for a layout without chunks (no steps).
 void plan_step_slots(memory::PoolPlan& plan, const StepLayout& layout);
 
 /// @brief What a split found: the chunk count, or why the step is refused (nothing is written).
@@ -105,8 +110,8 @@ struct StepGraph {
   /// Nodes at every level: the top graph's (head, WHILE), the loop body's (next, SWITCH) and every
   /// bucket body's. @throws CudaError.
   [[nodiscard]] std::size_t node_count() const;
-  /// What node_count() must be for these bucket bodies: 4 + the sum of their kernel launches (a
-  /// body is its chunk stage-in and the layers' stages, as Pipeline::kernel_launches() counts them).
+  /// What node_count() must be for these bucket bodies: 4 + the sum of their layers' kernel
+  /// launches (Pipeline::kernel_launches() less its stage-in: next has staged the chunk).
   [[nodiscard]] static std::size_t expected_nodes(std::span<const Pipeline* const> bodies) noexcept;
 };
 
@@ -116,8 +121,8 @@ struct StepGraph {
 [[nodiscard]] StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
                                          cudaStream_t stream);
 
-/// The same step launched from a host loop (the eager step): head, then per chunk next, the chunk
-/// stage-in and the chunk's bucket body. `chunk_buckets`: the buckets the host staged.
+/// The same step launched from a host loop (the eager step): head, then per chunk next and the
+/// chunk's bucket body. `chunk_buckets`: the buckets the host staged.
 [[nodiscard]] cudaError_t record_step_eager(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
                                             std::span<const int> chunk_buckets, cudaStream_t stream) noexcept;
 

@@ -33,7 +33,10 @@ struct ChunkScalars {
   std::int32_t new_rows;      ///< compressed rows this chunk completes (insert stage), 0 for r = 1
   std::int32_t derive_slots;  ///< r = 1 only: nonzero when the SWA insert derives each token's slot
                               ///< from the SWA block table instead of reading the slot list
-  std::int32_t reserved[2];   ///< keeps the struct 32 bytes
+  std::int32_t token_offset;  ///< a chunk of a step: its first row in the step's per-token buffers
+                              ///< (q, top-k, K rows, out, lse, max_logits); 0 for a chunk run alone
+  std::int32_t new_row_offset;  ///< a chunk of a step: its first row in the step's compressed K rows
+                                ///< of this ratio (the rows earlier chunks complete); 0 alone
 };
 static_assert(sizeof(ChunkScalars) == 32);
 

@@ -71,6 +71,12 @@ void CombineIndices::can_implement(const CombineIndicesArgs& a) {
   SPG_EXPECTS(empty || a.combined != nullptr, "combined is null");
   SPG_EXPECTS(aligned(a.combined, 16), "combined = " << static_cast<const void*>(a.combined) << " must be 16-byte aligned");
   SPG_EXPECTS(empty || a.lens != nullptr, "lens is null");
+  SPG_EXPECTS(a.token_offset == nullptr || aligned(a.token_offset, 4), "token_offset must be 4-byte aligned");
+  SPG_EXPECTS(a.token_offset == nullptr || a.chunk.scalars != nullptr,
+              "token_offset is set but chunk.scalars is null (a standalone call has no step)");
+  SPG_EXPECTS(a.token_offset == nullptr || r == 1 || empty || a.topk_rows >= a.tokens_bucket,
+              "topk_rows = " << a.topk_rows << " must be at least tokens_bucket = " << a.tokens_bucket
+                             << " (token_offset is set)");
 }
 
 cudaError_t CombineIndices::run(const CombineIndicesArgs& a, cudaStream_t stream) noexcept {
@@ -87,6 +93,8 @@ cudaError_t CombineIndices::run(const CombineIndicesArgs& a, cudaStream_t stream
                                 a.lens,
                                 a.status,
                                 a.topk_row_stride == 0 ? a.top_k : a.topk_row_stride,
+                                a.token_offset,
+                                a.topk_rows,
                                 a.n_rows,
                                 a.m_rows};
   const int grid = (a.tokens_bucket + detail::kCombineWarps - 1) / detail::kCombineWarps;

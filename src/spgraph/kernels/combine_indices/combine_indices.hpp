@@ -57,6 +57,11 @@ struct CombineIndicesArgs {
   StepStatus* status{nullptr};                 ///< null: faults are handled but not counted
   /// Elements between two tokens' top-k rows; 0 means top_k (rows packed). At least top_k.
   int topk_row_stride{0};
+  /// Device scalar or null (0): the chunk's first row in topk_indices (a chunk of a step). Then
+  /// only the real tokens' rows are read, once num_tokens is known, and an offset below 0 or
+  /// *token_offset + num_tokens past `topk_rows` gives lens = 0 for every token (Fault::scalars).
+  const std::int32_t* token_offset{nullptr};
+  std::int64_t topk_rows{0};  ///< with token_offset (r > 1): the rows topk_indices holds
   /// Standalone calls only (chunk.scalars null): N and M. Ignored otherwise.
   ScalarArg n_rows{};
   ScalarArg m_rows{};

@@ -33,6 +33,8 @@ struct CombineParams {
   std::int32_t* lens;
   StepStatus* status;
   int topk_stride;  // elements between two tokens' top-k rows
+  const std::int32_t* token_offset;  // null: 0
+  std::int64_t topk_rows;
   ScalarArg n_rows;  // standalone calls (chunk.scalars null)
   ScalarArg m_rows;
 };
@@ -62,16 +64,20 @@ __global__ void __launch_bounds__(kCombineThreads) combine_indices_kernel(Combin
   const int t = static_cast<int>(blockIdx.x) * kCombineWarps + tid / 32;
   // Everything below is in bounds whatever the step's values (arrays are sized by the buckets), so
   // it is loaded at once, before the scalars are known: the metadata, and the token's first
-  // kCombineVectors top-k vectors.
+  // kCombineVectors top-k vectors. A chunk of a step (token_offset) loads its top-k rows only once
+  // num_tokens says the token is real: past it lie other chunks' rows, or the buffer's end.
+  const bool in_step = p.token_offset != nullptr;
+  const int first_row = in_step ? __ldg(p.token_offset) : 0;
   const bool vector_path = p.topk != nullptr && p.top_k % 4 == 0 && p.topk_stride % 4 == 0;
   const std::int32_t* __restrict__ in =
-      p.topk != nullptr ? p.topk + static_cast<std::int64_t>(t) * p.topk_stride : nullptr;
+      p.topk != nullptr ? p.topk + (static_cast<std::int64_t>(first_row) + t) * p.topk_stride : nullptr;
   int4 first_vectors[kCombineVectors];
 #pragma unroll
   for (int k = 0; k < kCombineVectors; ++k) {
     const int j = 4 * lane + 128 * k;
-    first_vectors[k] = vector_path && t < p.tokens_bucket && j < p.top_k ? __ldcs(reinterpret_cast<const int4*>(in + j))
-                                                                          : make_int4(-1, -1, -1, -1);
+    first_vectors[k] = !in_step && vector_path && t < p.tokens_bucket && j < p.top_k
+                           ? __ldcs(reinterpret_cast<const int4*>(in + j))
+                           : make_int4(-1, -1, -1, -1);
   }
   int qsl = 0;
   int seq = 0;
@@ -99,7 +105,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_indices_kernel(Combin
   if (standalone) sc.num_tokens = s_qsl[p.requests_bucket];
   bool chunk_ok = sc.num_requests >= 0 && sc.num_requests <= p.requests_bucket && sc.num_tokens >= 0 &&
                   sc.num_tokens <= p.tokens_bucket && sc.n_rows >= 0 && sc.n_rows <= sc.m_rows &&
-                  sc.m_rows <= std::numeric_limits<std::int32_t>::max() / p.requests_bucket;
+                  sc.m_rows <= std::numeric_limits<std::int32_t>::max() / p.requests_bucket &&
+                  (!in_step || p.topk == nullptr ||
+                   (first_row >= 0 && static_cast<std::int64_t>(first_row) + sc.num_tokens <= p.topk_rows));
   const int nr = chunk_ok ? sc.num_requests : 0;
   // query_start_loc must rise from 0 to num_tokens: every thread checks one step.
   bool step_ok = true;
@@ -145,6 +153,13 @@ __global__ void __launch_bounds__(kCombineThreads) combine_indices_kernel(Combin
   if (s_ok[b] == 0) {
     if (lane == 0) p.lens[t] = 0;
     return;
+  }
+  if (in_step && vector_path) {  // a real token of a step's chunk: its row is in the buffer
+#pragma unroll
+    for (int k = 0; k < kCombineVectors; ++k) {
+      const int j = 4 * lane + 128 * k;
+      if (j < p.top_k) first_vectors[k] = __ldcs(reinterpret_cast<const int4*>(in + j));
+    }
   }
   const int seq_len = s_seq[b];
   const int qstart = s_qsl[b];

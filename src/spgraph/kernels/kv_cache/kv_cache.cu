@@ -70,6 +70,10 @@ void KvInsert::can_implement(const KvInsertArgs& a) {
               "rows_bucket = " << a.rows_bucket << " must be in [0, 2^24]");
   check_layout(a.layout, "layout");
   check_cache(a.cache, "cache");
+  SPG_EXPECTS(a.row_offset == nullptr || aligned(a.row_offset, 4), "row_offset must be 4-byte aligned");
+  SPG_EXPECTS(a.row_offset == nullptr || empty || a.source_rows >= a.rows_bucket,
+              "source_rows = " << a.source_rows << " must be at least rows_bucket = " << a.rows_bucket
+                               << " (row_offset is set)");
   if (a.derive != nullptr) {
     SPG_EXPECTS(a.block_table != nullptr, "block_table is null (derive is set)");
     SPG_EXPECTS(a.block_table_stride >= 1, "block_table_stride = " << a.block_table_stride << " must be at least 1");
@@ -88,6 +92,8 @@ cudaError_t KvInsert::run(const KvInsertArgs& a, cudaStream_t stream) noexcept {
                                a.slot_mapping,
                                a.num_rows,
                                a.rows_bucket,
+                               a.row_offset,
+                               a.source_rows,
                                a.cache,
                                a.layout.block_stride,
                                a.layout.block_size,

@@ -70,7 +70,8 @@ struct CacheLayout {
 ///        (Fault::scalars). Scale rows are written whole (7 exponents, pad byte 0).
 ///
 /// `rows` and `slot_mapping` must hold rows_bucket entries: the kernel loads them for every row
-/// of the bucket alongside *num_rows (padding rows are read, never written anywhere).
+/// of the bucket alongside *num_rows (padding rows are read, never written anywhere). With
+/// `row_offset` only the real rows of `rows` are read, after the count.
 ///
 /// Derived slots (optional): when `derive` is set and `*derive` is nonzero, the slots come from
 /// the block table instead of `slot_mapping`. With ratio r (1: the SWA cache, its rows are the
@@ -98,7 +99,12 @@ struct KvInsertArgs {
   const std::int32_t* query_start_loc{nullptr};  ///< [requests_bucket + 1]
   const std::int32_t* seq_lens{nullptr};         ///< [requests_bucket]
   const std::int32_t* num_requests{nullptr};     ///< device scalar
-  int requests_bucket{0};
+  int requests_bucket{0};  /// Device scalar or null (0, and `rows` holds rows_bucket rows): the launch's first row in
+  /// `rows`, which it reads at [*row_offset, *row_offset + *num_rows) only (a chunk of a step).
+  const std::int32_t* row_offset{nullptr};
+  /// With row_offset: the rows `rows` holds; an offset below 0 or rows past it write nothing
+  /// (Fault::scalars).
+  std::int64_t source_rows{0};
 };
 
 struct KvInsert {

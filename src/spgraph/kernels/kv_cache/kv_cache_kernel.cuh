@@ -45,6 +45,8 @@ struct InsertParams {
   const std::int32_t* slot_mapping;
   const std::int32_t* num_rows;
   int rows_bucket;
+  const std::int32_t* row_offset;  // null: 0
+  std::int64_t source_rows;
   std::uint8_t* cache;
   std::int64_t block_stride;
   int block_size;
@@ -183,19 +185,33 @@ __global__ void __launch_bounds__(kInsertThreads) kv_insert_kernel(InsertParams 
     __syncthreads();
   }
   if (row >= p.rows_bucket) return;
-  // The row's values are in bounds for any row of the bucket: load them alongside the count and
-  // the slot rather than after them.
-  const uint4* src = reinterpret_cast<const uint4*>(p.rows + std::int64_t{row} * kKvDim) + 2 * lane;
-  const uint4 v0 = __ldg(src);
-  const uint4 v1 = __ldg(src + 1);
+  // A chunk run alone: the row's values are in bounds for any row of the bucket, so they load
+  // alongside the count and the slot rather than after them. A chunk of a step (row_offset) reads
+  // only its own rows of the step's buffer, once the count says the row is real.
+  const bool in_step = p.row_offset != nullptr;
+  const int first = in_step ? __ldg(p.row_offset) : 0;
+  const uint4* src = reinterpret_cast<const uint4*>(p.rows + (std::int64_t{first} + row) * kKvDim) + 2 * lane;
+  uint4 v0 = make_uint4(0U, 0U, 0U, 0U);
+  uint4 v1 = v0;
+  if (!in_step) {
+    v0 = __ldg(src);
+    v1 = __ldg(src + 1);
+  }
   const int n = p.num_rows != nullptr ? __ldg(p.num_rows) : p.rows_bucket;
   int slot = derive ? -1 : __ldg(p.slot_mapping + row);
   const bool requests_ok = !derive || (num_requests >= 0 && num_requests <= p.requests_bucket);
-  if (n < 0 || n > p.rows_bucket || !requests_ok) {
-    if (row == 0 && lane == 0) record_fault(p.status, Fault::scalars, 1, -1, -1, requests_ok ? n : num_requests);
+  const bool rows_ok = !in_step || (first >= 0 && std::int64_t{first} + n <= p.source_rows);
+  if (n < 0 || n > p.rows_bucket || !requests_ok || !rows_ok) {
+    if (row == 0 && lane == 0) {
+      record_fault(p.status, Fault::scalars, 1, -1, rows_ok ? -1 : first, requests_ok ? n : num_requests);
+    }
     return;
   }
   if (row >= n) return;
+  if (in_step) {
+    v0 = __ldg(src);
+    v1 = __ldg(src + 1);
+  }
   if (derive) {
     if (num_requests == 0) return;
     slot = derive_slot(p, row, num_requests, s_start, s_first, s_ok, lane == 0);
@@ -310,7 +326,7 @@ __global__ void __launch_bounds__(kGatherThreads, kGatherCtasPerSm) kv_gather_ke
   const ChunkScalars sc = p.chunk.scalars != nullptr
                               ? *p.chunk.scalars
                               : ChunkScalars{p.requests_bucket, 0, p.window_offset, static_cast<std::int32_t>(p.max_rows),
-                                             0, 0, {0, 0}};
+                                             0, 0, 0, 0};
   const bool scalars_ok = sc.num_requests >= 0 && sc.num_requests <= p.requests_bucket && sc.n_rows >= 0 &&
                           sc.n_rows <= sc.m_rows && std::int64_t{sc.m_rows} <= p.max_rows;
   if (!scalars_ok) {

@@ -30,8 +30,7 @@ HostChunk make_host_chunk(std::span<const int> query_lens, std::span<const int> 
     max_gather = std::max(max_gather, hc.gather_lens[i]);
     if (compress_ratio > 1) n_rows = std::max(n_rows, s / compress_ratio);
   }
-  hc.scalars = ChunkScalars{n, hc.query_start_loc[static_cast<std::size_t>(r_bucket)], n_rows, n_rows + max_gather, 0, 0,
-                            {0, 0}};
+  hc.scalars = ChunkScalars{n, hc.query_start_loc[static_cast<std::size_t>(r_bucket)], n_rows, n_rows + max_gather, 0, 0, 0, 0};
   return hc;
 }
 

@@ -139,7 +139,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() noexcept {
 /// elements apart) for the wgmma kernel's TMA stores of 64 x 64 boxes (64 columns of 64 heads of
 /// one token) from 128B-swizzled panels. Host-only work (no device call), so it can run during
 /// capture.
-cudaError_t encode_out_map(CUtensorMap& map, __nv_bfloat16* out, int h_q, int s_q, std::int64_t token_stride) noexcept {
+cudaError_t encode_out_map(CUtensorMap& map, __nv_bfloat16* out, int h_q, std::int64_t s_q, std::int64_t token_stride) noexcept {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kSparseMlaDv), static_cast<cuuint64_t>(h_q),
@@ -203,6 +203,10 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   SPG_EXPECTS(aligned(a.indices, 4), "indices must be 4-byte aligned");
   SPG_EXPECTS(aligned(a.max_logits, 4) && aligned(a.lse, 4), "max_logits and lse must be 4-byte aligned");
   SPG_EXPECTS(std::isfinite(a.sm_scale), "sm_scale = " << a.sm_scale << " must be finite");
+  SPG_EXPECTS(a.token_offset == nullptr || (a.num_tokens != nullptr && aligned(a.token_offset, 4)),
+              "token_offset must be 4-byte aligned, and num_tokens set with it (a chunk of a step)");
+  SPG_EXPECTS(a.out_rows == 0 || (a.out_rows >= a.s_q && a.out_rows <= std::numeric_limits<std::int32_t>::max()),
+              "out_rows = " << a.out_rows << " must be 0 (s_q) or in [s_q = " << a.s_q << ", 2^31 - 1]");
   SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
                   a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma ||
                   a.path == SparseMlaPath::split_topk_mma,
@@ -284,9 +288,12 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   p.write_partials = plan.split;
   p.q_token_stride = resolved_stride(a.q_token_stride, std::int64_t{a.h_q} * a.d_qk);
   p.out_token_stride = resolved_stride(a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
+  p.token_offset = a.token_offset;
   out.out_map = CUtensorMap{};
   if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
-    const cudaError_t status = encode_out_map(out.out_map, a.out, a.h_q, a.s_q, p.out_token_stride);
+    // The whole of out (a step's rows too): a chunk of a step adds its row offset to the coordinate.
+    const std::int64_t out_rows = a.out_rows == 0 ? a.s_q : a.out_rows;
+    const cudaError_t status = encode_out_map(out.out_map, a.out, a.h_q, out_rows, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
   if (plan.split) {
@@ -330,6 +337,8 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
     m.out_token_stride = p.out_token_stride;
     m.max_logits = a.max_logits;
     m.lse = a.lse;
+    m.token_offset = a.token_offset;
+    m.num_tokens = a.num_tokens;
     constexpr int rows_per_cta = detail::kMlaMergeThreads / 32;
     const std::int64_t rows = std::int64_t{a.s_q} * a.h_q;
     out.merge_grid = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);

@@ -95,6 +95,12 @@ struct SparseMlaArgs {
   /// Elements between consecutive tokens of out; 0 means contiguous (h_q * 512). Otherwise at
   /// least h_q * 512 and a multiple of 8. max_logits and lse stay contiguous [s_q, h_q].
   std::int64_t out_token_stride{0};
+  /// Device scalar or null: the call is a chunk of a step. Token t's rows of q, out, max_logits
+  /// and lse are then row *token_offset + t, and tokens at or past *num_tokens (which must be set)
+  /// write nothing: their rows are other chunks'. Null: rows from 0, padded tokens written empty.
+  const std::int32_t* token_offset{nullptr};
+  /// Rows of out (tokens), the extent of its TMA descriptor; 0 means s_q. At least s_q.
+  std::int64_t out_rows{0};
   SparseMlaPath path{SparseMlaPath::automatic};
   /// split_topk / split_topk_mma only: number of top-k slices; 0 lets the shape choose.
   int num_splits{0};

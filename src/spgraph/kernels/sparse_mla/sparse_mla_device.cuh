@@ -38,7 +38,13 @@ struct SparseMlaParams {
   int q_prefetch_ahead;  ///< wgmma: a CTA prefetches into L2 the Q rows of the item this many on (0: none)
   std::int64_t q_token_stride;    ///< elements between tokens of q (resolved: never 0)
   std::int64_t out_token_stride;  ///< elements between tokens of out (resolved: never 0)
+  const std::int32_t* token_offset;  ///< a chunk of a step: its first row of q and the outputs (null: 0)
 };
+
+/// A chunk of a step (token_offset set): the first row of its tokens in q and the outputs; else 0.
+__device__ __forceinline__ int step_row_base(const std::int32_t* token_offset) {
+  return token_offset != nullptr ? __ldg(token_offset) : 0;
+}
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;

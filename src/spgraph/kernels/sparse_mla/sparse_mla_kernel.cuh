@@ -38,6 +38,8 @@ struct SparseMlaMergeParams {
   std::int64_t out_token_stride;  ///< elements between tokens of out
   float* max_logits;
   float* lse;
+  const std::int32_t* token_offset;  ///< a chunk of a step: its first output row (null: 0)
+  const std::int32_t* num_tokens;    ///< with token_offset: rows past it are other chunks'
 };
 
 inline constexpr int kMlaThreads = 256;
@@ -151,19 +153,24 @@ __global__ void __launch_bounds__(kMlaThreads, 1) sparse_mla_kernel(const Sparse
     return it;
   };
   auto row_of = [&](const MlaItem& it) { return static_cast<std::int64_t>(it.token) * p.h_q + it.head0; };
+  // A chunk of a step: its q and output rows start at row_base (the partials are the chunk's own).
+  const std::int64_t row_base = step_row_base(p.token_offset);
+  const std::int64_t out_row_base = row_base * p.h_q;
   // The item's first out row and first q row: tokens sit at their own strides, heads contiguous.
-  auto out_of = [&](const MlaItem& it) { return p.out + it.token * p.out_token_stride + it.head0 * 512; };
-  auto q_of = [&](const MlaItem& it) { return p.q + it.token * p.q_token_stride + it.head0 * D; };
-  // An item with no block to run: out 0, max_logits -inf, lse +inf (or an empty partial).
+  auto out_of = [&](const MlaItem& it) { return p.out + (row_base + it.token) * p.out_token_stride + it.head0 * 512; };
+  auto q_of = [&](const MlaItem& it) { return p.q + (row_base + it.token) * p.q_token_stride + it.head0 * D; };
+  // An item with no block to run: out 0, max_logits -inf, lse +inf (or an empty partial); a padded
+  // token of a step's chunk writes nothing.
   auto write_empty = [&](const MlaItem& it) {
     const std::int64_t row0 = row_of(it);
     if (p.write_partials) {
       if (tid < 64) p.part_ml[it.split * rows_total + row0 + tid] = make_float2(-CUDART_INF_F, 0.0f);
       return;
     }
+    if (p.token_offset != nullptr && it.token >= live_tokens) return;
     if (tid < 64) {
-      p.max_logits[row0 + tid] = -CUDART_INF_F;
-      p.lse[row0 + tid] = CUDART_INF_F;
+      p.max_logits[out_row_base + row0 + tid] = -CUDART_INF_F;
+      p.lse[out_row_base + row0 + tid] = CUDART_INF_F;
     }
     uint4* gout = reinterpret_cast<uint4*>(out_of(it));
 #pragma unroll
@@ -470,8 +477,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) sparse_mla_kernel(const Sparse
         p.part_ml[it.split * rows_total + row0 + tid] = make_float2(m, l);
       } else {
         const RowFinal fin = finalize_row(m, l, p.attn_sink, it.head0 + tid);
-        p.max_logits[row0 + tid] = fin.max_logit;
-        p.lse[row0 + tid] = fin.lse;
+        p.max_logits[out_row_base + row0 + tid] = fin.max_logit;
+        p.lse[out_row_base + row0 + tid] = fin.lse;
         inv_s[tid] = fin.inv;
       }
     }
@@ -527,6 +534,9 @@ __global__ void __launch_bounds__(kMlaMergeThreads) sparse_mla_merge_kernel(cons
   const std::int64_t rows = static_cast<std::int64_t>(p.s_q) * p.h_q;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (kMlaMergeThreads / 32) + (threadIdx.x >> 5);
   if (row >= rows) return;
+  // A chunk of a step: its output rows start at *token_offset, and a padded token's are another chunk's.
+  const std::int64_t out_row = row + static_cast<std::int64_t>(step_row_base(p.token_offset)) * p.h_q;
+  if (p.token_offset != nullptr && row / p.h_q >= __ldg(p.num_tokens)) return;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int head = static_cast<int>(row % p.h_q);
 
@@ -555,14 +565,14 @@ __global__ void __launch_bounds__(kMlaMergeThreads) sparse_mla_merge_kernel(cons
     }
   }
   const RowFinal fin = finalize_row(m, l, p.attn_sink, head);
-  uint2* gout = reinterpret_cast<uint2*>(p.out + (row / p.h_q) * p.out_token_stride + head * 512) + lane;
+  uint2* gout = reinterpret_cast<uint2*>(p.out + (out_row / p.h_q) * p.out_token_stride + head * 512) + lane;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
     gout[32 * i] = make_uint2(pack_bf16(acc[i].x * fin.inv, acc[i].y * fin.inv),
                               pack_bf16(acc[i].z * fin.inv, acc[i].w * fin.inv));
   if (lane == 0) {
-    p.max_logits[row] = fin.max_logit;
-    p.lse[row] = fin.lse;
+    p.max_logits[out_row] = fin.max_logit;
+    p.lse[out_row] = fin.lse;
   }
 }
 

@@ -160,6 +160,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) >> 7, 0);
   const int x = static_cast<int>(threadIdx.x) & 127;
   const WgmmaItem it = wgmma_item(p, static_cast<int>(blockIdx.x));
+  // A chunk of a step: its rows start at row_base, and a padded token's rows are another chunk's.
+  const int row_base = step_row_base(p.token_offset);
+  if (p.token_offset != nullptr && it.token >= __ldg(p.num_tokens)) return;
   const int token = it.token;
   const int head0 = it.head0;
   const int n_pairs = it.n_pairs;
@@ -191,7 +194,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
     // issued before) have landed. An item with no block loads no Q (nothing would wait for it).
-    const __nv_bfloat16* qsrc = p.q + static_cast<std::int64_t>(token) * p.q_token_stride + head0 * D + c8 * 8;
+    const __nv_bfloat16* qsrc =
+        p.q + (static_cast<std::int64_t>(row_base) + token) * p.q_token_stride + head0 * D + c8 * 8;
     const std::uint64_t q_policy = l2_evict_first();  // each Q row is read by one CTA only
     auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
 #pragma unroll
@@ -264,9 +268,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       // together, do not all wait for Q from HBM at once (docs/benchmark_history.md).
       if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
         const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
-        if (next < p.num_items) {
-          const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next));
-          prefetch_l2_bulk(p.q + static_cast<std::int64_t>(at.token) * p.q_token_stride + at.head0 * D, 64u * D * 2u);
+        const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next < p.num_items ? next : 0));
+        // A step's chunk: a padded token's q row may lie past the step's rows; it is not read.
+        if (next < p.num_items && (p.token_offset == nullptr || at.token < __ldg(p.num_tokens))) {
+          prefetch_l2_bulk(p.q + (static_cast<std::int64_t>(row_base) + at.token) * p.q_token_stride + at.head0 * D,
+                           64u * D * 2u);
         }
       }
     }
@@ -540,8 +546,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     const RowFinal fin = finalize_row_log2_sink(m_run[h], l_row[h], sink_log2[h]);
     inv[h] = fin.inv;
     if (wg == 0 && t == 0) {
-      p.max_logits[row0 + r] = fin.max_logit;
-      p.lse[row0 + r] = fin.lse;
+      p.max_logits[row0 + static_cast<std::int64_t>(row_base) * p.h_q + r] = fin.max_logit;
+      p.lse[row0 + static_cast<std::int64_t>(row_base) * p.h_q + r] = fin.lse;
     }
   }
   // bf16 out: stmatrix into the Q region, free now (each WG passed a barrier the other arrives
@@ -570,7 +576,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     const std::uint64_t policy = l2_evict_first();  // out rows are not read again here
 #pragma unroll
     for (int pn = 0; pn < 4; ++pn)
-      tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, token, policy);
+      tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, row_base + token, policy);
     bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
   }
 }

@@ -8,17 +8,27 @@
 namespace spg::kernels {
 
 namespace {
-constexpr int kHeadThreads = 128;
-constexpr int kCopyThreads = 256;
-constexpr int kCopyMaxCtas = 16;  // as the stage-in: a 64 KiB block in one round trip over the bus
+// head: 64 CTAs keep 64 x 256 x 4 x 16 B = 1 MiB of the staging block's reads over the bus in
+// flight; next: one 16-byte vector a thread for a block of up to 16 x 256 x 4 x 16 B = 256 KiB.
+constexpr int kHeadMaxCtas = 64;
+constexpr int kNextMaxCtas = 16;
+
+int ctas_for(std::int64_t vectors, int max_ctas) noexcept {
+  const std::int64_t per_cta = std::int64_t{detail::kStepCopyThreads};
+  const std::int64_t n = (vectors + per_cta - 1) / per_cta;
+  return static_cast<int>(n < 1 ? 1 : (n < max_ctas ? n : max_ctas));
+}
+
+int chunk_vectors(const StepLoopArgs& a) noexcept { return static_cast<int>(a.chunk_bytes / 16); }
 
 }  // namespace
 
 void StepLoop::can_implement(const StepLoopArgs& a) {
-  SPG_EXPECTS(a.staging != nullptr && a.state != nullptr && a.chunk_meta != nullptr && a.status != nullptr,
-              "StepLoop: staging, state, chunk_meta and status must not be null");
-  SPG_EXPECTS(aligned(a.staging, 16) && aligned(a.state, 16) && aligned(a.chunk_meta, 16),
-              "StepLoop: staging, state and chunk_meta must be 16-byte aligned");
+  SPG_EXPECTS(a.staging != nullptr && a.state != nullptr && a.chunk_meta != nullptr && a.status != nullptr &&
+                  a.step_meta != nullptr,
+              "StepLoop: staging, state, step_meta, chunk_meta and status must not be null");
+  SPG_EXPECTS(aligned(a.staging, 16) && aligned(a.state, 16) && aligned(a.chunk_meta, 16) && aligned(a.step_meta, 16),
+              "StepLoop: staging, state, step_meta and chunk_meta must be 16-byte aligned");
   SPG_EXPECTS(a.max_chunks >= 0, "StepLoop: max_chunks = " << a.max_chunks << " must be at least 0");
   SPG_EXPECTS(a.header_words == StepStateWords::header_words(a.max_chunks),
               "StepLoop: header_words = " << a.header_words << " must be " << StepStateWords::header_words(a.max_chunks));
@@ -27,20 +37,18 @@ void StepLoop::can_implement(const StepLoopArgs& a) {
 }
 
 cudaError_t StepLoop::run_head(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
-  detail::step_head_kernel<<<1, kHeadThreads, 0, stream>>>(a.staging, a.state, a.status, c);
+  const int vectors = chunk_vectors(a);
+  const int ctas = ctas_for(std::int64_t{a.max_chunks} * vectors / detail::kStepCopyUnroll, kHeadMaxCtas);
+  detail::step_head_kernel<<<ctas, detail::kStepCopyThreads, 0, stream>>>(
+      a.staging, a.state, a.status, reinterpret_cast<const uint4*>(a.staging + a.header_words),
+      static_cast<uint4*>(a.step_meta), vectors, c);
   return cudaGetLastError();
 }
 
 cudaError_t StepLoop::run_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
-  detail::step_next_kernel<<<1, 1, 0, stream>>>(a.state, c);
-  return cudaGetLastError();
-}
-
-cudaError_t StepLoop::run_chunk_stage_in(const StepLoopArgs& a, cudaStream_t stream) noexcept {
-  const int vectors = static_cast<int>(a.chunk_bytes / 16);
-  const int ctas = vectors / kCopyThreads + 1 < kCopyMaxCtas ? vectors / kCopyThreads + 1 : kCopyMaxCtas;
-  detail::chunk_stage_in_kernel<<<ctas, kCopyThreads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(a.staging + a.header_words), a.state, static_cast<uint4*>(a.chunk_meta), vectors);
+  const int vectors = chunk_vectors(a);
+  detail::step_next_kernel<<<ctas_for(vectors, kNextMaxCtas), detail::kStepCopyThreads, 0, stream>>>(
+      static_cast<const uint4*>(a.step_meta), a.state, static_cast<uint4*>(a.chunk_meta), vectors, c);
   return cudaGetLastError();
 }
 

@@ -1,14 +1,16 @@
-// Step loop: the three small kernels that let one graph launch run a whole step of chunks
+// Step loop: the two small kernels that let one graph launch run a whole step of chunks
 // (docs/graphs.md, "Steps"). The step graph is
 //
-//   head -> WHILE(loop) { next -> SWITCH(select) { bucket b: chunk stage-in -> the layers' stages } }
+//   head -> WHILE(loop) { next -> SWITCH(select) { bucket b: the layers' stages at bucket b } }
 //
 // head folds the previous step's fault counters, copies the step header (chunk count and each
-// chunk's bucket) from the pinned staging block into the device step state and opens the loop
-// when there is a chunk; next advances the chunk index, selects the chunk's bucket body and
-// closes the loop after the last chunk; the chunk stage-in copies the current chunk's metadata
-// block from the staging block to the device block the layers read. Launched outside a graph
-// (the eager step), head and next set no conditional: the host loops and picks the body.
+// chunk's bucket) into the device step state and every chunk's metadata block from the pinned
+// staging block into the device step blocks (the only reads of pinned memory in a step), and opens
+// the loop when there is a chunk. next, once per chunk, copies that chunk's block from the device
+// step blocks to the device metadata block the layers read, selects the chunk's bucket body and
+// closes the loop after the last chunk. So a chunk costs one small kernel and the SWITCH before its
+// stages. Launched outside a graph (the eager step), head and next set no conditional: the host
+// loops and picks the body.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,11 +22,12 @@
 
 namespace spg::kernels {
 
-/// @brief The device step state (int32 words): [count, next, current, reserved, buckets[max_chunks]].
+/// @brief The device step state (int32 words): [count, next, current, arrived, buckets[max_chunks]].
 struct StepStateWords {
   static constexpr int count = 0;    ///< chunks in this step
   static constexpr int next = 1;     ///< index of the chunk the next loop iteration runs
   static constexpr int current = 2;  ///< index of the chunk this iteration runs
+  static constexpr int arrived = 3;  ///< next's CTAs done with this iteration's copy (0 between kernels)
   static constexpr int buckets = 4;  ///< [max_chunks]: chunk c's bucket index
   /// Words of the header for `max_chunks` chunks (a multiple of 4: what follows stays 16-byte aligned).
   [[nodiscard]] static constexpr int header_words(int max_chunks) noexcept { return (buckets + max_chunks + 3) / 4 * 4; }
@@ -37,6 +40,7 @@ struct StepLoopArgs {
   int max_chunks{0};
   std::size_t chunk_bytes{0};            ///< one chunk's metadata block (a multiple of 16)
   int header_words{0};                   ///< StepStateWords::header_words(max_chunks)
+  void* step_meta{nullptr};              ///< device step blocks: max_chunks blocks of chunk_bytes
   void* chunk_meta{nullptr};             ///< the device metadata block the layers read
   StatusBlock* status{nullptr};
 };
@@ -52,12 +56,12 @@ struct StepLoop {
   /// @throws InvalidArgument for a null or misaligned pointer, max_chunks < 0 or a chunk size not
   ///         a positive multiple of 16.
   static void can_implement(const StepLoopArgs& a);
-  /// head: fault fold, header copy, loop opened when count > 0. One CTA.
+  /// head: fault fold, header copy, every chunk's block from staging to step_meta, loop opened
+  /// when count > 0. A grid sized for max_chunks blocks; CTAs past the step's blocks copy nothing.
   static cudaError_t run_head(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
-  /// next: current = next++, select = buckets[current], loop = next < count. One thread.
+  /// next: current = next++, step block `current` to chunk_meta, select = buckets[current],
+  /// loop = next < count. A few CTAs; the last to finish its part of the copy advances the state.
   static cudaError_t run_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
-  /// The chunk stage-in: metadata block `current` of the staging block to chunk_meta (no fault fold).
-  static cudaError_t run_chunk_stage_in(const StepLoopArgs& a, cudaStream_t stream) noexcept;
 };
 
 }  // namespace spg::kernels

@@ -12,38 +12,71 @@ namespace spg::kernels::detail {
 
 using W = StepStateWords;
 
-__global__ void step_head_kernel(const std::int32_t* __restrict__ staging, std::int32_t* __restrict__ state,
-                                 StatusBlock* status, StepConditionals c) {
-  // The host checked the count against max_chunks: staging holds what it wrote.
-  const int count = staging[W::count];
-  for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) {
-    state[W::buckets + i] = staging[W::buckets + i];
-  }
-  if (threadIdx.x == 0) {
-    fold_step_faults(status);
-    state[W::count] = count;
-    state[W::next] = 0;
-    state[W::current] = 0;
-    if (c.set) cudaGraphSetConditional(c.loop, count > 0 ? 1U : 0U);
+inline constexpr int kStepCopyThreads = 256;
+inline constexpr int kStepCopyUnroll = 4;  // vectors a thread loads before it stores any
+
+/// Copies `vectors` 16-byte vectors with the whole grid, kStepCopyUnroll loads in flight a thread.
+__device__ __forceinline__ void grid_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, std::int64_t vectors) {
+  const std::int64_t threads = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (std::int64_t base = 0; base < vectors; base += threads * kStepCopyUnroll) {
+    uint4 v[kStepCopyUnroll];
+#pragma unroll
+    for (int k = 0; k < kStepCopyUnroll; ++k) {
+      const std::int64_t i = base + k * threads + tid;
+      if (i < vectors) v[k] = src[i];
+    }
+#pragma unroll
+    for (int k = 0; k < kStepCopyUnroll; ++k) {
+      const std::int64_t i = base + k * threads + tid;
+      if (i < vectors) dst[i] = v[k];
+    }
   }
 }
 
-__global__ void step_next_kernel(std::int32_t* __restrict__ state, StepConditionals c) {
+__global__ void __launch_bounds__(kStepCopyThreads)
+    step_head_kernel(const std::int32_t* __restrict__ staging, std::int32_t* __restrict__ state, StatusBlock* status,
+                     const uint4* __restrict__ chunks, uint4* __restrict__ step_meta, int vectors,
+                     StepConditionals c) {
+  // The host checked the count against max_chunks: staging holds what it wrote. One read over the
+  // bus a CTA.
+  __shared__ int s_count;
+  if (threadIdx.x == 0) s_count = staging[W::count];
+  __syncthreads();
+  const int count = s_count;
+  if (blockIdx.x == 0) {
+    for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) {
+      state[W::buckets + i] = staging[W::buckets + i];
+    }
+    if (threadIdx.x == 0) {
+      fold_step_faults(status);
+      state[W::count] = count;
+      state[W::next] = 0;
+      state[W::current] = 0;
+      state[W::arrived] = 0;
+      if (c.set) cudaGraphSetConditional(c.loop, count > 0 ? 1U : 0U);
+    }
+  }
+  grid_copy(chunks, step_meta, static_cast<std::int64_t>(count) * vectors);
+}
+
+__global__ void __launch_bounds__(kStepCopyThreads)
+    step_next_kernel(const uint4* __restrict__ step_meta, std::int32_t* state, uint4* __restrict__ meta, int vectors,
+                     StepConditionals c) {
+  // Every CTA reads the index before it arrives; the last CTA to arrive advances it, so no CTA can
+  // read an advanced index.
   const int i = state[W::next];
+  grid_copy(step_meta + static_cast<std::int64_t>(i) * vectors, meta, vectors);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  if (atomicAdd(&state[W::arrived], 1) != static_cast<int>(gridDim.x) - 1) return;
+  state[W::arrived] = 0;
   state[W::current] = i;
   state[W::next] = i + 1;
   if (c.set) {
     cudaGraphSetConditional(c.select, static_cast<unsigned>(state[W::buckets + i]));
     cudaGraphSetConditional(c.loop, i + 1 < state[W::count] ? 1U : 0U);
-  }
-}
-
-__global__ void chunk_stage_in_kernel(const uint4* __restrict__ chunks, const std::int32_t* __restrict__ state,
-                                      uint4* __restrict__ meta, int vectors) {
-  const uint4* src = chunks + static_cast<std::int64_t>(state[W::current]) * vectors;
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < vectors;
-       i += static_cast<int>(gridDim.x * blockDim.x)) {
-    meta[i] = src[i];
   }
 }
 
