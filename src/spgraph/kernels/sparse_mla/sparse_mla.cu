@@ -17,6 +17,7 @@
 #include "spgraph/kernels/alignment.hpp"
 #include "spgraph/kernels/sparse_mla/sparse_mla_kernel.cuh"
 #include "spgraph/kernels/sparse_mla/sparse_mla_wgmma_kernel.cuh"
+#include "spgraph/kernels/sparse_mla/split_cost.hpp"
 
 namespace spg::kernels {
 
@@ -30,14 +31,9 @@ std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1)
 // The wgmma kernel is built for sm_90a only (wgmma, setmaxnreg).
 bool runs_wgmma(const core::DeviceInfo& info) noexcept { return info.major == 9 && info.minor == 0; }
 
-/// The fewest pairs of 64-row blocks per item a split must save before `automatic` takes it: the
-/// merge kernel and the partials' traffic cost about two pairs' time (measured on the H200: h_q 64,
-/// topk 640, s_q 64 runs 27.9 us single, 30.4 us in two slices, which saves two of five pairs).
-constexpr int kMinPairsSaved = 3;
-
-// Slices per (token, 64 heads) when the single pass would leave SMs idle: enough items for one
-// wave of one CTA per SM (the kernels' shared memory allows one), never more than `units`.
-int automatic_splits(std::int64_t items, int units, int sms) noexcept {
+// Slices per (token, 64 heads) for split_topk / split_topk_mma with num_splits 0: enough items
+// for one wave of one CTA per SM (the kernels' shared memory allows one), never more than `units`.
+int filling_splits(std::int64_t items, int units, int sms) noexcept {
   if (items <= 0 || items >= sms) return 1;  // s_q = 0: no items, nothing to split
   return static_cast<int>(std::min<std::int64_t>(sms / items, units));
 }
@@ -60,16 +56,16 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
       plan.split = true;
       plan.kernel = a.path == SparseMlaPath::split_topk ? SparseMlaKernel::wgmma_split_topk
                                                         : SparseMlaKernel::mma_split_topk;
-      const int n = a.num_splits > 0 ? a.num_splits : std::max(2, automatic_splits(items, blocks, sms));
+      const int n = a.num_splits > 0 ? a.num_splits : std::max(2, filling_splits(items, blocks, sms));
       per_split = (blocks + n - 1) / n;
       break;
     }
     case SparseMlaPath::automatic:
     default: {
-      // The wgmma kernel runs the blocks of an item in pairs, so slices hold whole pairs.
-      const int n = automatic_splits(items, pairs, sms);
-      const int pairs_per_split = (pairs + n - 1) / n;
-      plan.split = n >= 2 && pairs - pairs_per_split >= kMinPairsSaved;
+      // The wgmma kernel runs the blocks of an item in pairs, so slices hold whole pairs; how many
+      // per slice is the cost model's choice (split_cost.hpp).
+      const int pairs_per_split = detail::automatic_pairs_per_slice(items, pairs, sms, a.d_qk);
+      plan.split = pairs_per_split < pairs;
       plan.kernel = plan.split ? SparseMlaKernel::wgmma_split_topk : SparseMlaKernel::wgmma_single_pass;
       if (plan.split) per_split = 2 * pairs_per_split;
       break;
@@ -229,6 +225,8 @@ SparseMlaPlan SparseMla::plan(const SparseMlaArgs& args) {
                         << info.minor << " (choose path single_pass_mma or split_topk_mma)");
   return plan;
 }
+
+SparseMlaPlan SparseMla::plan_for_sms(const SparseMlaArgs& args, int sms) noexcept { return make_plan(args, sms); }
 
 std::size_t SparseMla::workspace_bytes(const SparseMlaArgs& args) { return plan_workspace(args, plan(args)); }
 
