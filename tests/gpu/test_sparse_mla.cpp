@@ -20,6 +20,7 @@
 
 #include "common/catch.hpp"
 #include "common/sparse_mla_shape_args.hpp"
+#include "gpu/late_writer.hpp"
 #include "gpu/sparse_mla_test_util.hpp"
 #include "spgraph/kernels/sparse_mla/split_cost.hpp"
 
@@ -545,6 +546,50 @@ TEST_CASE("sparse_mla: the prepared launch (initialize, then run) writes what th
         INFO(label << ": a split plan without its workspace");
         CHECK_THROWS_AS(k::SparseMla::initialize(d.args, nullptr), spg::InvalidArgument);
       }
+    }
+  }
+}
+
+TEST_CASE("sparse_mla: inputs the previous kernel writes are read after it completes (programmatic launch)",
+          "[gpu][sparse_mla]") {
+  // The wgmma kernels and the merge start before the stream's previous kernel completes and wait
+  // for it (griddepcontrol.wait) before reading inputs. Here that kernel lets them start at once,
+  // spins for ~0.2 ms, then writes q and the index rows over NaN / out-of-range poison: a read
+  // before the wait sees the poison and fails the reference check.
+  spg::core::Stream stream;
+  const Problem p = make_problem({512, 128, 3001, 1152, 16}, {.sink = true, .topk_length = true}, 5150);
+  const auto want = reference_of(p);
+  const DeviceArray<std::uint16_t> q_real(std::span<const std::uint16_t>(p.q));
+  const DeviceArray<std::int32_t> idx_real(std::span<const std::int32_t>(p.indices));
+  const std::vector<std::int32_t> idx_poison(p.indices.size(), p.s_kv + 5);
+  REQUIRE(p.q.size() * 2 % 16 == 0);
+  REQUIRE(p.indices.size() * 4 % 16 == 0);
+  constexpr long long kSpinCycles = 400000;
+  // automatic splits this shape (three slices and the merge); single_pass and split_topk x2 too
+  for (const auto& [path, splits] : {std::pair{k::SparseMlaPath::automatic, 0}, std::pair{k::SparseMlaPath::single_pass, 0},
+                                     std::pair{k::SparseMlaPath::split_topk, 2}}) {
+    DeviceProblem d(p, path, splits);
+    const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
+    if (path == k::SparseMlaPath::automatic && sm_count() == 132) CHECK(plan.split);
+    const spg::test::LateCopy q_copy{d.q.data(), q_real.data(), p.q.size() * 2};
+    const spg::test::LateCopy idx_copy{d.indices.data(), idx_real.data(), p.indices.size() * 4};
+    auto launch = [&] {
+      const cudaError_t status = spg::test::launch_late_copies(q_copy, idx_copy, kSpinCycles, stream.get());
+      return status != cudaSuccess ? status : d.launch(stream.get());
+    };
+    for (const Mode mode : {Mode::eager, Mode::graph}) {
+      d.q.poison();
+      d.indices.upload(idx_poison);
+      d.poison();
+      if (mode == Mode::eager) {
+        REQUIRE(launch() == cudaSuccess);
+        SPG_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+      } else {
+        const spg::test::CapturedLaunch graph(stream.get(), launch);
+        graph.replay(stream.get());
+      }
+      expect_matches(download(d), want, p.h_q, all_tokens(p.s_q), describe(p) + plan_name(plan) + " after a late writer " +
+                                                                     mode_name(mode));
     }
   }
 }

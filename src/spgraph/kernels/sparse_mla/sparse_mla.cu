@@ -92,6 +92,23 @@ std::size_t plan_workspace(const SparseMlaArgs& a, const SparseMlaPlan& plan) no
          round_up(rows * static_cast<std::size_t>(plan.num_splits) * sizeof(float2), kWorkspaceAlign);
 }
 
+/// A launch of `grid` x `threads` with programmatic stream serialization: the kernel may start
+/// before the stream's previous kernel completes, and waits for it (griddepcontrol.wait) before
+/// it reads any input. `attribute` must outlive the launch call.
+cudaLaunchConfig_t early_start_config(unsigned grid, int threads, int smem, cudaStream_t stream,
+                                      cudaLaunchAttribute& attribute) noexcept {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  config.stream = stream;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
 // The wgmma or the mma.sync kernel (each runs single passes and split slices alike) for one d_qk:
 // its launch, and its shared-memory opt-in, made once per device.
 template <int D, bool kWgmma>
@@ -108,7 +125,12 @@ struct AttentionKernel {
   static cudaError_t launch(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
                             cudaStream_t stream) noexcept {
     if constexpr (kWgmma) {
-      detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, kSmem, stream>>>(p, out_map);
+      // Programmatic dependent launch: the kernel reads no input before griddepcontrol.wait, so
+      // its CTAs may be placed (and their barriers set up) while the previous kernel finishes.
+      cudaLaunchAttribute attribute{};
+      const cudaLaunchConfig_t config = early_start_config(grid, detail::kWgmmaThreads, kSmem, stream, attribute);
+      const cudaError_t status = cudaLaunchKernelEx(&config, detail::sparse_mla_wgmma_kernel<D>, p, out_map);
+      if (status != cudaSuccess) return status;
     } else {
       detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, kSmem, stream>>>(p);
     }
@@ -339,7 +361,12 @@ cudaError_t launch_prepared(const SparseMlaLaunch::Prepared& l, cudaStream_t str
   if (l.grid == 0) return cudaSuccess;  // s_q = 0
   const cudaError_t status = l.attention(l.params, l.out_map, l.grid, stream);
   if (status != cudaSuccess || !l.plan.split) return status;
-  detail::sparse_mla_merge_kernel<<<l.merge_grid, detail::kMlaMergeThreads, 0, stream>>>(l.merge);
+  // The merge waits for the partials (griddepcontrol.wait) before it reads them, so it may be
+  // placed on the SMs the partial kernel leaves idle while that one runs.
+  cudaLaunchAttribute attribute{};
+  const cudaLaunchConfig_t config = early_start_config(l.merge_grid, detail::kMlaMergeThreads, 0, stream, attribute);
+  const cudaError_t merge_status = cudaLaunchKernelEx(&config, detail::sparse_mla_merge_kernel, l.merge);
+  if (merge_status != cudaSuccess) return merge_status;
   return cudaGetLastError();
 }
 

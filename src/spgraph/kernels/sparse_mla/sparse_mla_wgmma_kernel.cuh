@@ -153,6 +153,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, i == 5 ? kEmptyK0RightCount : 128);
     mbar_init_fence();
   }
+  // Programmatic dependent launch (the launcher allows it): nothing above reads memory an earlier
+  // kernel writes; from here on every input is read and out written. Dependents may launch once
+  // every CTA of this grid has started; they wait for its completion in turn.
+  wait_for_previous_grid();
+  allow_dependent_grids();
   __syncthreads();
 
   // Broadcast from lane 0 so the compiler sees the warpgroup index as warp-uniform: the role
