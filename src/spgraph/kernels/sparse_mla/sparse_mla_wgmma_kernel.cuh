@@ -180,18 +180,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     if (x == 0 && !p.write_partials) prefetch_tensormap(&out_map);
 #endif
     // A fill's arrival on its full (or Q) barrier once this thread's cp.async copies have landed:
-    // an arrival at completion that raises the pending count, plus a plain arrival. The switch
-    // SPGRAPH_WGMMA_NOINC_FILL_ARRIVALS (off; not yet run on a GPU) makes it one .noinc arrival at
-    // completion, the same phase accounting in one instruction, which is what compute-sanitizer's
-    // synccheck "missing wait" on q_bar_left is suspected to flag (docs/testing.md).
-    auto fill_arrive = [&](std::uint32_t bar) {
-#ifdef SPGRAPH_WGMMA_NOINC_FILL_ARRIVALS
-      mbar_arrive_on_cp_async_noinc(bar);
-#else
-      mbar_arrive_on_cp_async(bar);
-      mbar_arrive(bar);
-#endif
-    };
+    // one .noinc arrival at completion, which counts as one of the barrier's 128 expected
+    // arrivals (the form compute-sanitizer's synccheck accepts; docs/testing.md).
+    auto fill_arrive = [&](std::uint32_t bar) { mbar_arrive_on_cp_async_noinc(bar); };
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
