@@ -154,10 +154,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     mbar_init_fence();
   }
   // Programmatic dependent launch (the launcher allows it): nothing above reads memory an earlier
-  // kernel writes; from here on every input is read and out written. Dependents may launch once
-  // every CTA of this grid has started; they wait for its completion in turn.
+  // kernel writes; from here on every input is read and out written. No early release of the
+  // dependents: released at the start, the merge kernel's CTAs all went to the SMs the slices
+  // left idle and ran there alone (docs/benchmark_history.md, notes by version).
   wait_for_previous_grid();
-  allow_dependent_grids();
   __syncthreads();
 
   // Broadcast from lane 0 so the compiler sees the warpgroup index as warp-uniform: the role
