@@ -164,11 +164,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) >> 7, 0);
   const int x = static_cast<int>(threadIdx.x) & 127;
-  // The item's place only: its valid length (topk_length, num_tokens: global loads) is read by
-  // each role where it needs it, so the producer's first loads do not wait for it.
-  const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(blockIdx.x));
-  const int token = at.token;
-  const int head0 = at.head0;
+  const WgmmaItem it = wgmma_item(p, static_cast<int>(blockIdx.x));
+  const int token = it.token;
+  const int head0 = it.head0;
+  const int n_pairs = it.n_pairs;
   float* mask_s = reinterpret_cast<float*>(sm + L::kOffMask);
 
   if (wg == 2) {
@@ -187,8 +186,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
-    // issued before) have landed. The left half is loaded for every item, before the slice's
-    // length is known (an item with no block waits for it before its epilogue).
+    // issued before) have landed. An item with no block loads no Q (nothing would wait for it).
     const __nv_bfloat16* qsrc = p.q + static_cast<std::int64_t>(token) * p.q_token_stride + head0 * D + c8 * 8;
     const std::uint64_t q_policy = l2_evict_first();  // each Q row is read by one CTA only
     auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
@@ -201,36 +199,30 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       fill_arrive(bar);
     };
-    load_q(0, 4, q_bar_left);
+    if (n_pairs > 0) load_q(0, 4, q_bar_left);
     const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
-    // The index values of pair `pr` within the slice's static range (-1 past it, never read, nor
-    // past topk); the valid length masks them when they are used, so the first pair's loads
-    // do not wait for topk_length / num_tokens either. Loaded one pair ahead, so their latency
-    // hides behind a pair's waits and fills instead of delaying the next pair's first fill.
-    const int j0 = at.split * p.blocks_per_split * 64;
-    const int j_cap = min(p.topk, j0 + p.blocks_per_split * 64);
+    // The index values of pair `pr` (-1 past the slice's valid part, which is never read, nor
+    // past topk). Loaded one pair ahead, so their latency hides behind a pair's waits and fills
+    // instead of delaying the next pair's first fill.
     auto load_indices = [&](int pr, int (&raw)[2][4]) {
 #pragma unroll
       for (int bb = 0; bb < 2; ++bb)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int j = j0 + (2 * pr + bb) * 64 + rsub + 16 * i;
-          raw[bb][i] = j < j_cap ? __ldg(idx_row + j) : -1;
+          const int j = it.j0 + (2 * pr + bb) * 64 + rsub + 16 * i;
+          raw[bb][i] = j < it.j_end ? __ldg(idx_row + j) : -1;
         }
     };
     int next_raw[2][4];
-    load_indices(0, next_raw);
-    const WgmmaItem it = wgmma_item(p, static_cast<int>(blockIdx.x));
-    const int n_pairs = it.n_pairs;
+    if (n_pairs > 0) load_indices(0, next_raw);
     for (int pair = 0; pair < n_pairs; ++pair) {
       int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
 #pragma unroll
       for (int bb = 0; bb < 2; ++bb)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int j = it.j0 + (2 * pair + bb) * 64 + rsub + 16 * i;
           const int id = next_raw[bb][i];
-          rows[bb][i] = j >= it.j_end || id < 0 || id >= p.s_kv ? -1 : id;
+          rows[bb][i] = id < 0 || id >= p.s_kv ? -1 : id;
         }
       if (pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
       const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
@@ -279,8 +271,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 
   // -------------------------------------------------------------------- consumers
   regs_increase<kWgmmaConsumerRegs>();
-  const WgmmaItem it = wgmma_item(p, static_cast<int>(blockIdx.x));
-  const int n_pairs = it.n_pairs;
   const int w = x >> 5;
   const int lane = x & 31;
   const int g = lane >> 2;
@@ -506,9 +496,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   }
 
   // ------------------------------------------------------------------ epilogue (both consumer WGs)
-  // An item with no block: its Q left half was loaded all the same; it lands before the staging
-  // below reuses the region (and before the CTA ends).
-  if (n_pairs == 0) mbar_wait(q_bar_left, 0);
   float* l_s = reinterpret_cast<float*>(sm + L::kOffL);
   float lq[2];
 #pragma unroll
