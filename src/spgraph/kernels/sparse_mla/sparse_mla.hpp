@@ -36,7 +36,7 @@ inline constexpr int kSparseMlaBlockRows = 64;
 /// top-k"). On 132 SMs it splits e.g. s_q 16 at topk >= 384 and keeps s_q >= 64 whole at topk
 /// 640 / 1152. The choice depends on the static arguments and the SM count only.
 enum class SparseMlaPath : std::int32_t {
-  automatic = 0,    ///< single_pass, or split_topk when the single pass would leave SMs idle
+  automatic = 0,    ///< single_pass, or split_topk where the cost model prices the slices faster
   single_pass = 1,  ///< the wgmma single pass (sm_90 only): one item per (token, 64 heads)
   split_topk = 2,   ///< the wgmma kernel over slices of the top-k range (sm_90 only) + a merge kernel
   /// The mma.sync single pass: persistent CTAs, each walking (token, 64 heads) items over the
