@@ -40,19 +40,16 @@ struct SparseMlaParams {
   std::int64_t out_token_stride;  ///< elements between tokens of out (resolved: never 0)
 };
 
-/// Programmatic dependent launch: waits until the grids this one depends on have completed and
-/// their memory is visible (returns at once when the launch did not allow an early start).
-__device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-/// Lets the grids launched after this one with programmatic serialization start (they wait for
-/// this grid's completion before they read its outputs).
-__device__ __forceinline__ void allow_dependent_grids() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
+
+/// Programmatic dependent launch: waits until the grids this one depends on have completed and
+/// their memory is visible (returns at once when the launch did not allow an early start).
+__device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 /// bar.sync on named barrier `id` (1..15; 0 is __syncthreads) for `count` threads.
 __device__ __forceinline__ void named_barrier(int id, int count) {
