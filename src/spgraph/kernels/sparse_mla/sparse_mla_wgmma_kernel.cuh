@@ -155,8 +155,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   }
   // Programmatic dependent launch (the launcher allows it): nothing above reads memory an earlier
   // kernel writes; from here on every input is read and out written. No early release of the
-  // dependents: released at the start, the merge kernel's CTAs all went to the SMs the slices
-  // left idle and ran there alone (docs/benchmark_history.md, notes by version).
+  // dependents: released at the start, the merge after the slices ran slower (likely its CTAs
+  // all went to the SMs the slices left idle; docs/benchmark_history.md, notes by version).
   wait_for_previous_grid();
   __syncthreads();
 
