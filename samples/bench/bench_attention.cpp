@@ -259,6 +259,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       kernels::SparseMlaArgs args;
       core::DeviceBuffer workspace;
       std::vector<double> us;  ///< one median per round
+      kernels::SparseMlaLaunch prepared{};  ///< launch "prepared" / "chain"
     };
     std::vector<Timed> timed;
     for (const NamedPath* np : variants) {
@@ -269,18 +270,26 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
         return t.plan.kernel == plan.kernel && t.plan.num_splits == plan.num_splits && t.plan.split == plan.split;
       });
       if (duplicate && !listed.empty()) continue;
-      timed.push_back({np, plan, a, core::DeviceBuffer(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(a), 256)), {}});
+      timed.push_back({np, plan, a, core::DeviceBuffer(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(a), 256)), {}, {}});
     }
-    const TimingOptions timing_opt{small ? 10 : 3, small ? 50 : 20, warmup_ms, min_timed_ms};
-    auto time_one = [&](Timed& t) {
-      return median_gpu_us(stream, [&] { SPG_CUDA_TRY(kernels::SparseMla::run(t.args, t.workspace.data(), stream)); },
-                           timing_opt);
+    const bool prepared = opt.launch != "oneshot";
+    const int per_sample = opt.launch == "chain" ? kChainLaunches : 1;
+    if (prepared)
+      for (Timed& t : timed) t.prepared = kernels::SparseMla::initialize(t.args, t.workspace.data());
+    // One sample's launches: the one-shot call, or the prepared launch (per_sample times).
+    auto launch_of = [&](Timed& t) {
+      return [&t, prepared, per_sample, stream] {
+        if (!prepared) {
+          SPG_CUDA_TRY(kernels::SparseMla::run(t.args, t.workspace.data(), stream));
+          return;
+        }
+        for (int i = 0; i < per_sample; ++i) SPG_CUDA_TRY(t.prepared.run(stream));
+      };
     };
-    if (!burst && (rounds > 1 || !listed.empty()) && !timed.empty()) {
-      Timed& first = timed.front();
-      median_gpu_us(stream, [&] { SPG_CUDA_TRY(kernels::SparseMla::run(first.args, first.workspace.data(), stream)); },
-                    TimingOptions{1, 1, kRowWarmupMs, 0.0});
-    }
+    const TimingOptions timing_opt{small ? 10 : 3, small ? 50 : 20, warmup_ms, min_timed_ms};
+    auto time_one = [&](Timed& t) { return median_gpu_us(stream, launch_of(t), timing_opt) / per_sample; };
+    if (!burst && (rounds > 1 || !listed.empty()) && !timed.empty())
+      median_gpu_us(stream, launch_of(timed.front()), TimingOptions{1, 1, kRowWarmupMs, 0.0});
     // Round r times the variants in turn starting from variant r (mod n), so over the rounds each
     // variant follows each of the others and none is always first.
     const std::size_t n = timed.size();
@@ -292,7 +301,8 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     for (Timed& t : timed) {
       const double us = median(t.us);
       const double tflops = flops / (us * 1e-6) / 1e12;
-      const char* variant = t.path->variant;
+      const std::string variant_name = std::string(t.path->variant) + (prepared ? "+" + opt.launch : std::string());
+      const char* variant = variant_name.c_str();
       reporter.add({"attention", row_name, variant, "gpu_us", us});
       reporter.add({"attention", row_name, variant, "tflops", tflops});
       reporter.add({"attention", row_name, variant, "kernel", static_cast<double>(static_cast<int>(t.plan.kernel))});
@@ -311,8 +321,9 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     // The row's automatic figure, for each variant's A/B ratio in the summary.
     const auto row_begin = summary.end() - static_cast<std::ptrdiff_t>(timed.size());
     double auto_us = 0.0;
+    const std::string auto_variant = std::string(kPaths[0].variant) + (prepared ? "+" + opt.launch : std::string());
     for (auto it = row_begin; it != summary.end(); ++it)
-      if (it->variant == kPaths[0].variant) auto_us = it->us;
+      if (it->variant == auto_variant) auto_us = it->us;
     for (auto it = row_begin; it != summary.end(); ++it) it->auto_us = auto_us;
   }
   // The short table: one line per (row, variant); ratio = FlashMLA time / spgraph time (above 1:

@@ -27,7 +27,17 @@ struct AttentionOptions {
   /// Timing rounds per row; round r times the row's variants in turn starting from the r-th, and
   /// each variant's figure is the median of its rounds' medians.
   int rounds{1};
+  /// How each timed call launches (between the two events of a sample): `oneshot`
+  /// (SparseMla::run: plan, out's descriptor and launch on every call; the table of record),
+  /// `prepared` (SparseMla::initialize once, then SparseMlaLaunch::run, as the pipeline's graphs
+  /// and eager steps launch), `chain` (prepared, kChainLaunches launches back to back per sample,
+  /// the sample divided by their count: the kernel's time without the idle GPU's launch latency).
+  /// Figures of the last two carry the variant suffix "+prepared" / "+chain".
+  std::string launch{"oneshot"};
 };
+
+/// Launches per sample of AttentionOptions::launch "chain".
+inline constexpr int kChainLaunches = 8;
 
 /// @brief Times the rows of table A and records, per row, suite "attention", name
 ///        "<label>/<s_kv>" (e.g. "V4-C2/32768"; small chunks "<label>/<s_kv>/sq<s_q>"), variant

@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   int rounds = 1;
   bool quick = false;
   bool burst = false;
+  std::string launch = "oneshot";
+  bool ceilings = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
@@ -89,12 +91,20 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench: --rounds needs a count of at least 1\n");
         return 2;
       }
+    } else if (a == "--launch" && i + 1 < argc) {
+      launch = argv[++i];
+      if (launch != "oneshot" && launch != "prepared" && launch != "chain") {
+        std::fprintf(stderr, "bench: --launch takes oneshot, prepared or chain, not '%s'\n", launch.c_str());
+        return 2;
+      }
+    } else if (a == "--no-ceilings") {
+      ceilings = false;
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--burst") {
       burst = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench [--tables ABCD] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--json FILE]\n"
+      std::printf("usage: bench [--tables ABCD] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--no-ceilings] [--json FILE]\n"
                   "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor) to run; - for none\n"
                   "  --quick    fewer rows and repetitions\n"
                   "  --rows     table A: only the rows whose name contains TEXT, or one of a comma-separated list\n"
@@ -104,6 +114,9 @@ int main(int argc, char** argv) {
                   "  --rounds   table A: time each row's variants N times in rotating order (median of the rounds)\n"
                   "  --burst    table A: time each kernel after 10 (small rows) or 3 warm-up calls only, not after 25 ms\n"
                   "             of warm-up and over at least 100 ms (the long rows measure up to 12%% faster so)\n"
+                  "  --launch   table A: oneshot (SparseMla::run per call, default), prepared (initialize once,\n"
+                  "             SparseMlaLaunch::run per call) or chain (prepared, 8 back-to-back launches per sample)\n"
+                  "  --no-ceilings  skip the copy and GEMM ceilings (2 s; for repeated A/B invocations in one run)\n"
                   "  --json     write every record to FILE\n"
                   "  --dump DIR write the small workload's inputs and outputs to DIR (for scripts/torch_peer.py --check)\n");
       return 0;
@@ -123,7 +136,7 @@ int main(int argc, char** argv) {
     }
     bench::Reporter rep;
     core::Stream stream;
-    measure_ceilings(rep, stream.get());
+    if (ceilings) measure_ceilings(rep, stream.get());
     if (tables.find('A') != std::string::npos) {
       bench::AttentionOptions attention;
       attention.quick = quick;
@@ -131,6 +144,7 @@ int main(int argc, char** argv) {
       attention.burst = burst;
       attention.paths = paths;
       attention.rounds = rounds;
+      attention.launch = launch;
       bench::run_attention_benchmarks(rep, stream.get(), attention);
     }
     if (tables.find('B') != std::string::npos) bench::run_pipeline_benchmarks(rep, quick);

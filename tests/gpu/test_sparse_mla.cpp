@@ -20,7 +20,9 @@
 
 #include "common/catch.hpp"
 #include "common/sparse_mla_shape_args.hpp"
+#include "gpu/late_writer.hpp"
 #include "gpu/sparse_mla_test_util.hpp"
+#include "spgraph/kernels/sparse_mla/split_cost.hpp"
 
 namespace {
 
@@ -244,15 +246,13 @@ int sm_count() {
   return sms;
 }
 
-/// The automatic rule of sparse_mla.hpp, restated: the wgmma kernel over slices of whole block
-/// pairs when one item per (token, 64 heads) leaves half the SMs or more idle and the split saves
-/// three pairs or more per item, else the wgmma single pass.
+/// The automatic rule of sparse_mla.hpp on this device: the wgmma kernel over slices of whole
+/// block pairs where the cost model (split_cost.hpp, its choices checked on the CPU in
+/// test_sparse_mla_plan.cpp) prices them faster, else the wgmma single pass.
 k::SparseMlaKernel expected_automatic(const Problem& p) {
-  const std::int64_t sms = sm_count();
   const std::int64_t items = std::int64_t{p.s_q} * (p.h_q / 64);
-  const std::int64_t pairs = (p.topk / 64 + 1) / 2;
-  const std::int64_t n = items >= sms ? 1 : std::min<std::int64_t>(sms / items, pairs);
-  const bool split = n >= 2 && pairs - (pairs + n - 1) / n >= 3;
+  const int pairs = (p.topk / 64 + 1) / 2;
+  const bool split = k::detail::automatic_pairs_per_slice(items, pairs, sm_count(), p.d_qk) < pairs;
   return split ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass;
 }
 
@@ -366,14 +366,14 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
             f.padded_stride = (seed % 3) == 0;
             f.extra_invalid = (seed % 2) == 0 ? 0.05 : 0.0;
             const Problem p = make_problem({d_qk, h_q, s_kv, topk, s_q}, f, ++seed);
-            // s_q 62 and 213 run the wgmma single pass; s_q 1 splits the top-k range where that
-            // saves three block pairs (topk >= 512). Each case also runs on the kernel automatic
+            // s_q 62 and 213 run the wgmma single pass; s_q 1 splits the top-k range where the
+            // cost model prices it faster (topk >= 384 on 132 SMs). Each case also runs on the kernel automatic
             // did not pick: the wgmma single pass where it splits, the wgmma split where s_q 1
             // does not; s_q 1 also runs the mma.sync split.
             const k::SparseMlaKernel chosen = expected_automatic(p);
             if (s_q >= 62) CHECK(chosen == k::SparseMlaKernel::wgmma_single_pass);
-            if (s_q == 1) CHECK(chosen == (topk >= 512 ? k::SparseMlaKernel::wgmma_split_topk
-                                                       : k::SparseMlaKernel::wgmma_single_pass));
+            if (s_q == 1 && sm_count() == 132)
+              CHECK(chosen == (topk >= 384 ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass));
             std::vector<k::SparseMlaPath> paths = {k::SparseMlaPath::automatic};
             if (chosen != k::SparseMlaKernel::wgmma_single_pass) paths.push_back(k::SparseMlaPath::single_pass);
             if (chosen != k::SparseMlaKernel::wgmma_split_topk && s_q == 1) paths.push_back(k::SparseMlaPath::split_topk);
@@ -546,6 +546,50 @@ TEST_CASE("sparse_mla: the prepared launch (initialize, then run) writes what th
         INFO(label << ": a split plan without its workspace");
         CHECK_THROWS_AS(k::SparseMla::initialize(d.args, nullptr), spg::InvalidArgument);
       }
+    }
+  }
+}
+
+TEST_CASE("sparse_mla: inputs the previous kernel writes are read after it completes (programmatic launch)",
+          "[gpu][sparse_mla]") {
+  // The wgmma kernels and the merge start before the stream's previous kernel completes and wait
+  // for it (griddepcontrol.wait) before reading inputs. Here that kernel lets them start at once,
+  // spins for ~0.2 ms, then writes q and the index rows over NaN / out-of-range poison: a read
+  // before the wait sees the poison and fails the reference check.
+  spg::core::Stream stream;
+  const Problem p = make_problem({512, 128, 3001, 1152, 16}, {.sink = true, .topk_length = true}, 5150);
+  const auto want = reference_of(p);
+  const DeviceArray<std::uint16_t> q_real(std::span<const std::uint16_t>(p.q));
+  const DeviceArray<std::int32_t> idx_real(std::span<const std::int32_t>(p.indices));
+  const std::vector<std::int32_t> idx_poison(p.indices.size(), p.s_kv + 5);
+  REQUIRE(p.q.size() * 2 % 16 == 0);
+  REQUIRE(p.indices.size() * 4 % 16 == 0);
+  constexpr long long kSpinCycles = 400000;
+  // automatic splits this shape (three slices and the merge); single_pass and split_topk x2 too
+  for (const auto& [path, splits] : {std::pair{k::SparseMlaPath::automatic, 0}, std::pair{k::SparseMlaPath::single_pass, 0},
+                                     std::pair{k::SparseMlaPath::split_topk, 2}}) {
+    DeviceProblem d(p, path, splits);
+    const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
+    if (path == k::SparseMlaPath::automatic && sm_count() == 132) CHECK(plan.split);
+    const spg::test::LateCopy q_copy{d.q.data(), q_real.data(), p.q.size() * 2};
+    const spg::test::LateCopy idx_copy{d.indices.data(), idx_real.data(), p.indices.size() * 4};
+    auto launch = [&] {
+      const cudaError_t status = spg::test::launch_late_copies(q_copy, idx_copy, kSpinCycles, stream.get());
+      return status != cudaSuccess ? status : d.launch(stream.get());
+    };
+    for (const Mode mode : {Mode::eager, Mode::graph}) {
+      d.q.poison();
+      d.indices.upload(idx_poison);
+      d.poison();
+      if (mode == Mode::eager) {
+        REQUIRE(launch() == cudaSuccess);
+        SPG_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+      } else {
+        const spg::test::CapturedLaunch graph(stream.get(), launch);
+        graph.replay(stream.get());
+      }
+      expect_matches(download(d), want, p.h_q, all_tokens(p.s_q), describe(p) + plan_name(plan) + " after a late writer " +
+                                                                     mode_name(mode));
     }
   }
 }

@@ -17,6 +17,7 @@
 #include "spgraph/kernels/alignment.hpp"
 #include "spgraph/kernels/sparse_mla/sparse_mla_kernel.cuh"
 #include "spgraph/kernels/sparse_mla/sparse_mla_wgmma_kernel.cuh"
+#include "spgraph/kernels/sparse_mla/split_cost.hpp"
 
 namespace spg::kernels {
 
@@ -30,14 +31,9 @@ std::size_t round_up(std::size_t v, std::size_t a) noexcept { return (v + a - 1)
 // The wgmma kernel is built for sm_90a only (wgmma, setmaxnreg).
 bool runs_wgmma(const core::DeviceInfo& info) noexcept { return info.major == 9 && info.minor == 0; }
 
-/// The fewest pairs of 64-row blocks per item a split must save before `automatic` takes it: the
-/// merge kernel and the partials' traffic cost about two pairs' time (measured on the H200: h_q 64,
-/// topk 640, s_q 64 runs 27.9 us single, 30.4 us in two slices, which saves two of five pairs).
-constexpr int kMinPairsSaved = 3;
-
-// Slices per (token, 64 heads) when the single pass would leave SMs idle: enough items for one
-// wave of one CTA per SM (the kernels' shared memory allows one), never more than `units`.
-int automatic_splits(std::int64_t items, int units, int sms) noexcept {
+// Slices per (token, 64 heads) for split_topk / split_topk_mma with num_splits 0: enough items
+// for one wave of one CTA per SM (the kernels' shared memory allows one), never more than `units`.
+int filling_splits(std::int64_t items, int units, int sms) noexcept {
   if (items <= 0 || items >= sms) return 1;  // s_q = 0: no items, nothing to split
   return static_cast<int>(std::min<std::int64_t>(sms / items, units));
 }
@@ -60,16 +56,16 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
       plan.split = true;
       plan.kernel = a.path == SparseMlaPath::split_topk ? SparseMlaKernel::wgmma_split_topk
                                                         : SparseMlaKernel::mma_split_topk;
-      const int n = a.num_splits > 0 ? a.num_splits : std::max(2, automatic_splits(items, blocks, sms));
+      const int n = a.num_splits > 0 ? a.num_splits : std::max(2, filling_splits(items, blocks, sms));
       per_split = (blocks + n - 1) / n;
       break;
     }
     case SparseMlaPath::automatic:
     default: {
-      // The wgmma kernel runs the blocks of an item in pairs, so slices hold whole pairs.
-      const int n = automatic_splits(items, pairs, sms);
-      const int pairs_per_split = (pairs + n - 1) / n;
-      plan.split = n >= 2 && pairs - pairs_per_split >= kMinPairsSaved;
+      // The wgmma kernel runs the blocks of an item in pairs, so slices hold whole pairs; how many
+      // per slice is the cost model's choice (split_cost.hpp).
+      const int pairs_per_split = detail::automatic_pairs_per_slice(items, pairs, sms, a.d_qk);
+      plan.split = pairs_per_split < pairs;
       plan.kernel = plan.split ? SparseMlaKernel::wgmma_split_topk : SparseMlaKernel::wgmma_single_pass;
       if (plan.split) per_split = 2 * pairs_per_split;
       break;
@@ -96,6 +92,23 @@ std::size_t plan_workspace(const SparseMlaArgs& a, const SparseMlaPlan& plan) no
          round_up(rows * static_cast<std::size_t>(plan.num_splits) * sizeof(float2), kWorkspaceAlign);
 }
 
+/// A launch of `grid` x `threads` with programmatic stream serialization: the kernel may start
+/// before the stream's previous kernel completes, and waits for it (griddepcontrol.wait) before
+/// it reads any input. `attribute` must outlive the launch call.
+cudaLaunchConfig_t early_start_config(unsigned grid, int threads, int smem, cudaStream_t stream,
+                                      cudaLaunchAttribute& attribute) noexcept {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  config.stream = stream;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
 // The wgmma or the mma.sync kernel (each runs single passes and split slices alike) for one d_qk:
 // its launch, and its shared-memory opt-in, made once per device.
 template <int D, bool kWgmma>
@@ -112,7 +125,12 @@ struct AttentionKernel {
   static cudaError_t launch(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
                             cudaStream_t stream) noexcept {
     if constexpr (kWgmma) {
-      detail::sparse_mla_wgmma_kernel<D><<<grid, detail::kWgmmaThreads, kSmem, stream>>>(p, out_map);
+      // Programmatic dependent launch: the kernel reads no input before griddepcontrol.wait, so
+      // its CTAs may be placed (and their barriers set up) while the previous kernel finishes.
+      cudaLaunchAttribute attribute{};
+      const cudaLaunchConfig_t config = early_start_config(grid, detail::kWgmmaThreads, kSmem, stream, attribute);
+      const cudaError_t status = cudaLaunchKernelEx(&config, detail::sparse_mla_wgmma_kernel<D>, p, out_map);
+      if (status != cudaSuccess) return status;
     } else {
       detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, kSmem, stream>>>(p);
     }
@@ -234,6 +252,8 @@ SparseMlaPlan SparseMla::plan(const SparseMlaArgs& args) {
   return plan;
 }
 
+SparseMlaPlan SparseMla::plan_for_sms(const SparseMlaArgs& args, int sms) noexcept { return make_plan(args, sms); }
+
 std::size_t SparseMla::workspace_bytes(const SparseMlaArgs& args) { return plan_workspace(args, plan(args)); }
 
 /// Everything the launches of one call need, built once.
@@ -350,7 +370,12 @@ cudaError_t launch_prepared(const SparseMlaLaunch::Prepared& l, cudaStream_t str
   if (l.grid == 0) return cudaSuccess;  // s_q = 0
   const cudaError_t status = l.attention(l.params, l.out_map, l.grid, stream);
   if (status != cudaSuccess || !l.plan.split) return status;
-  detail::sparse_mla_merge_kernel<<<l.merge_grid, detail::kMlaMergeThreads, 0, stream>>>(l.merge);
+  // The merge waits for the partials (griddepcontrol.wait) before it reads them, so it may be
+  // placed on the SMs the partial kernel leaves idle while that one runs.
+  cudaLaunchAttribute attribute{};
+  const cudaLaunchConfig_t config = early_start_config(l.merge_grid, detail::kMlaMergeThreads, 0, stream, attribute);
+  const cudaError_t merge_status = cudaLaunchKernelEx(&config, detail::sparse_mla_merge_kernel, l.merge);
+  if (merge_status != cudaSuccess) return merge_status;
   return cudaGetLastError();
 }
 

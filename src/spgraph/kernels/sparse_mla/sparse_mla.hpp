@@ -27,14 +27,16 @@ inline constexpr int kSparseMlaBlockRows = 64;
 
 /// @brief How the top-k range of a token is covered, and by which kernel.
 ///
-/// `automatic` picks the wgmma single pass, except where one CTA per (token, 64 heads) would leave
-/// half the SMs or more idle and the top-k range is long enough to share: with
-/// items = s_q * (h_q / 64) and pairs = ceil(topk / 128) (64-row blocks run in pairs), it splits
-/// into n = min(SMs / items, pairs) slices of ceil(pairs / n) pairs when that saves at least three
-/// pairs per item (on 132 SMs e.g. s_q 16 with topk >= 512). The choice depends on the static
-/// arguments and the SM count only.
+/// `automatic` picks the wgmma single pass, or the wgmma kernel over slices of the top-k range
+/// where a cost model predicts the slices and their merge faster by more than 1 µs: with
+/// items = s_q * (h_q / 64) and pairs = ceil(topk / 128) (64-row blocks run in pairs), each slicing
+/// into ceil(pairs / n) pairs is priced as waves of CTAs (a fixed cost per call and per later-wave
+/// CTA, a cost per block) plus, when split, the merge's fixed cost and its partials' bytes
+/// (kernels/sparse_mla/split_cost.hpp; constants and fit: docs/benchmark_history.md, "Split
+/// top-k"). On 132 SMs it splits e.g. s_q 16 at topk >= 384 and keeps s_q >= 64 whole at topk
+/// 640 / 1152. The choice depends on the static arguments and the SM count only.
 enum class SparseMlaPath : std::int32_t {
-  automatic = 0,    ///< single_pass, or split_topk when the single pass would leave SMs idle
+  automatic = 0,    ///< single_pass, or split_topk where the cost model prices the slices faster
   single_pass = 1,  ///< the wgmma single pass (sm_90 only): one item per (token, 64 heads)
   split_topk = 2,   ///< the wgmma kernel over slices of the top-k range (sm_90 only) + a merge kernel
   /// The mma.sync single pass: persistent CTAs, each walking (token, 64 heads) items over the
@@ -160,6 +162,10 @@ struct SparseMla {
   ///         not compute capability 9.0 (there is no silent fallback: choose single_pass_mma or
   ///         split_topk_mma explicitly there).
   static SparseMlaPlan plan(const SparseMlaArgs& args);
+
+  /// @brief The plan for these arguments on a device of `sms` SMs: what plan() returns there,
+  ///        computed on the host alone (no device query, no check of the device's capability).
+  static SparseMlaPlan plan_for_sms(const SparseMlaArgs& args, int sms) noexcept;
 
   /// @brief Workspace run() needs: the split-top-k partials (fp32), 0 for the single passes.
   /// @throws CudaError, InvalidArgument as plan().

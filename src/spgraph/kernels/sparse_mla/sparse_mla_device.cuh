@@ -53,6 +53,10 @@ __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
+/// Programmatic dependent launch: waits until the grids this one depends on have completed and
+/// their memory is visible (returns at once when the launch did not allow an early start).
+__device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 /// bar.sync on named barrier `id` (1..15; 0 is __syncthreads) for `count` threads.
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");

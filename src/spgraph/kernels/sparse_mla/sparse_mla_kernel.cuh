@@ -531,6 +531,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) sparse_mla_kernel(const Sparse
 /// Merges the split-top-k partials of one (token, head) per warp: rescale each slice to the
 /// common max, add, normalize (sink included), write out, max_logits and lse.
 __global__ void __launch_bounds__(kMlaMergeThreads) sparse_mla_merge_kernel(const SparseMlaMergeParams p) {
+  // Launched with programmatic serialization after the partial kernel: the partials are read only
+  // once it has completed.
+  wait_for_previous_grid();
   const std::int64_t rows = static_cast<std::int64_t>(p.s_q) * p.h_q;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (kMlaMergeThreads / 32) + (threadIdx.x >> 5);
   if (row >= rows) return;

@@ -153,6 +153,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, i == 5 ? kEmptyK0RightCount : 128);
     mbar_init_fence();
   }
+  // Programmatic dependent launch (the launcher allows it): nothing above reads memory an earlier
+  // kernel writes; from here on every input is read and out written. No early release of the
+  // dependents: released at the start, the merge after the slices ran slower (likely its CTAs
+  // all went to the SMs the slices left idle; docs/benchmark_history.md, notes by version).
+  wait_for_previous_grid();
   __syncthreads();
 
   // Broadcast from lane 0 so the compiler sees the warpgroup index as warp-uniform: the role
@@ -178,18 +183,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     if (x == 0 && !p.write_partials) prefetch_tensormap(&out_map);
 #endif
     // A fill's arrival on its full (or Q) barrier once this thread's cp.async copies have landed:
-    // an arrival at completion that raises the pending count, plus a plain arrival. The switch
-    // SPGRAPH_WGMMA_NOINC_FILL_ARRIVALS (off; not yet run on a GPU) makes it one .noinc arrival at
-    // completion, the same phase accounting in one instruction, which is what compute-sanitizer's
-    // synccheck "missing wait" on q_bar_left is suspected to flag (docs/testing.md).
-    auto fill_arrive = [&](std::uint32_t bar) {
-#ifdef SPGRAPH_WGMMA_NOINC_FILL_ARRIVALS
-      mbar_arrive_on_cp_async_noinc(bar);
-#else
-      mbar_arrive_on_cp_async(bar);
-      mbar_arrive(bar);
-#endif
-    };
+    // one .noinc arrival at completion, which counts as one of the barrier's 128 expected
+    // arrivals (the form compute-sanitizer's synccheck accepts; docs/testing.md).
+    auto fill_arrive = [&](std::uint32_t bar) { mbar_arrive_on_cp_async_noinc(bar); };
     const int c8 = x & 7;     // 16-byte chunk within a 128-byte panel row
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread

@@ -1,0 +1,75 @@
+// The cost model SparseMlaPath::automatic picks the wgmma kernel's top-k split with: host-only
+// arithmetic on the static shape and the SM count (no device call), so the CPU tests check its
+// choices. The model, its constants and the rows they were fitted on: docs/benchmark_history.md,
+// "Split top-k".
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace spg::kernels::detail {
+
+/// Time of one wgmma attention call, in µs on the H200 (fitted to table A's small rows,
+/// sustained, one-shot `SparseMla::run`; docs/benchmark_history.md, "Split top-k"):
+///
+///   T(slices of k blocks, C CTAs) = call + b k + (ceil(C / SMs) - 1) (cta + b k)
+///                                   [+ merge + merge_per_mb * partial MB, when split]
+///
+/// k counts the blocks a slice runs (a slice holds whole pairs: an odd tail costs a block too),
+/// b scales with (d_qk + 512) / 1024 (Q K^T reads d_qk columns, P V 512). A CTA of a later wave
+/// pays `cta` again (its start and end); the first wave's is inside `call`, with the launch.
+struct SplitCostModel {
+  double call_us = 9.4;          ///< a call's fixed time: launch, first wave's CTA start and end
+  double block_us = 1.71;        ///< one 64-row block of one CTA, d_qk 512
+  double cta_us = 8.0;           ///< a CTA's start and end in a later wave
+  double merge_us = 3.9;         ///< the merge kernel's fixed cost (its launch, the partials' latency)
+  double merge_us_per_mb = 0.41; ///< per MB of fp32 partials (written by the slices, read by the merge)
+  /// A split must save more than this over the single pass: the fit's error on the rows it was
+  /// fitted on is under 1 µs.
+  double min_saving_us = 1.0;
+};
+
+/// The predicted time of `items` (token, 64 heads) items of `pairs` block pairs each, run in
+/// slices of `pairs_per_slice` pairs (pairs_per_slice >= pairs: the single pass, no merge).
+constexpr double split_time_us(std::int64_t items, int pairs, int pairs_per_slice, int sms, int d_qk,
+                               const SplitCostModel& m = {}) noexcept {
+  const int pps = std::max(1, std::min(pairs_per_slice, pairs));
+  const std::int64_t slices = (pairs + pps - 1) / pps;
+  const std::int64_t ctas = items * slices;
+  const std::int64_t waves = sms > 0 ? (ctas + sms - 1) / sms : ctas;
+  const double b = m.block_us * (d_qk + 512) / 1024.0;
+  const double cta_time = b * 2.0 * pps;
+  double t = m.call_us + cta_time + static_cast<double>(std::max<std::int64_t>(waves - 1, 0)) * (m.cta_us + cta_time);
+  if (slices > 1) {
+    // fp32 O (512 columns) and (m, l) per row (64 per item) and slice
+    const double mb = static_cast<double>(items) * 64.0 * static_cast<double>(slices) * (512.0 * 4.0 + 8.0) / 1e6;
+    t += m.merge_us + m.merge_us_per_mb * mb;
+  }
+  return t;
+}
+
+/// Pairs per slice that `automatic` runs: the model's fastest slicing, if it beats the single
+/// pass by more than `min_saving_us`; otherwise `pairs` (the single pass). Slicings considered:
+/// every distinct ceil(pairs / n) for n slices while items * n stays within four waves (more
+/// slices only add waves).
+constexpr int automatic_pairs_per_slice(std::int64_t items, int pairs, int sms, int d_qk, const SplitCostModel& m = {}) noexcept {
+  if (items <= 0 || pairs <= 1 || sms <= 0) return std::max(pairs, 1);
+  const double single = split_time_us(items, pairs, pairs, sms, d_qk, m);
+  double best = single - m.min_saving_us;
+  int best_pps = pairs;
+  const std::int64_t max_slices = std::min<std::int64_t>(pairs, std::max<std::int64_t>(1, 4 * std::int64_t{sms} / items));
+  int last_pps = pairs;
+  for (std::int64_t n = 2; n <= max_slices; ++n) {
+    const int pps = static_cast<int>((pairs + n - 1) / n);
+    if (pps == last_pps) continue;
+    last_pps = pps;
+    const double t = split_time_us(items, pairs, pps, sms, d_qk, m);
+    if (t < best) {
+      best = t;
+      best_pps = pps;
+    }
+  }
+  return best_pps;
+}
+
+}  // namespace spg::kernels::detail

@@ -1,0 +1,117 @@
+// The launch plan of sparse MLA attention on the host (SparseMla::plan_for_sms, no device): the
+// split cost model's predictions against the table-A rows it was fitted on, and the choices
+// `automatic` makes with it (docs/benchmark_history.md, "Split top-k").
+#include <cmath>
+#include <cstdint>
+
+#include "common/catch.hpp"
+#include "common/sparse_mla_shape_args.hpp"
+#include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
+#include "spgraph/kernels/sparse_mla/split_cost.hpp"
+
+namespace {
+
+namespace k = spg::kernels;
+using spg::test::mla::shape_only_args;
+
+constexpr int kH200Sms = 132;
+
+k::SparseMlaPlan automatic_plan(int s_q, int h_q, int topk, int d_qk = 512, int sms = kH200Sms) {
+  k::SparseMlaArgs a = shape_only_args(8192, topk, s_q, h_q, d_qk);
+  a.path = k::SparseMlaPath::automatic;
+  return k::SparseMla::plan_for_sms(a, sms);
+}
+
+std::int64_t items_of(int s_q, int h_q) { return std::int64_t{s_q} * (h_q / 64); }
+int pairs_of(int topk) { return (topk / 64 + 1) / 2; }
+
+}  // namespace
+
+TEST_CASE("sparse_mla plan: the split cost model reproduces the measured small rows", "[sparse_mla]") {
+  // Sustained one-shot figures on the H200 (docs/benchmarks.md, table A, 3a348e4): the single pass
+  // and the split slicings measured beside it. The model must land within 1.5 µs of each, or the
+  // choice it makes on them is not grounded.
+  struct Measured {
+    int s_q, h_q, topk, pairs_per_slice;
+    double us;
+  };
+  const Measured rows[] = {
+      {16, 128, 1152, 9, 39.4}, {16, 128, 1152, 3, 27.8},  // single, 3 slices of 3 pairs
+      {64, 128, 1152, 9, 41.4}, {64, 128, 1152, 5, 68.4},  // single, 2 slices (a second wave)
+      {16, 64, 640, 5, 26.3},   {16, 64, 640, 1, 21.7},    // single, 5 slices of 1 pair
+      {64, 64, 640, 5, 27.7},   {64, 64, 640, 3, 31.0},    // single, 2 slices
+      {256, 64, 640, 5, 52.9},                             // single, 1.94 waves
+  };
+  for (const Measured& m : rows) {
+    const double predicted =
+        k::detail::split_time_us(items_of(m.s_q, m.h_q), pairs_of(m.topk), m.pairs_per_slice, kH200Sms, 512);
+    INFO("h_q " << m.h_q << " topk " << m.topk << " s_q " << m.s_q << ", " << m.pairs_per_slice
+                << " pairs per slice: predicted " << predicted << " us, measured " << m.us);
+    CHECK(std::fabs(predicted - m.us) <= 1.5);
+  }
+  // The long rows are one slice at any SM count: more slices only add waves and partials.
+  CHECK(k::detail::automatic_pairs_per_slice(items_of(4096, 128), pairs_of(1024), kH200Sms, 512) == pairs_of(1024));
+}
+
+TEST_CASE("sparse_mla plan: automatic takes the cost model's slicing", "[sparse_mla]") {
+  SECTION("table A's small rows on 132 SMs") {
+    const k::SparseMlaPlan h128_16 = automatic_plan(16, 128, 1152);
+    CHECK(h128_16.kernel == k::SparseMlaKernel::wgmma_split_topk);
+    CHECK(h128_16.blocks_per_split == 6);  // 3 pairs
+    CHECK(h128_16.num_splits == 3);
+    const k::SparseMlaPlan h64_16 = automatic_plan(16, 64, 640);
+    CHECK(h64_16.kernel == k::SparseMlaKernel::wgmma_split_topk);
+    CHECK(h64_16.blocks_per_split == 2);
+    CHECK(h64_16.num_splits == 5);
+    for (const int s_q : {64, 256}) {
+      INFO("s_q " << s_q);
+      for (const k::SparseMlaPlan& plan : {automatic_plan(s_q, 128, 1152), automatic_plan(s_q, 64, 640)}) {
+        CHECK(plan.kernel == k::SparseMlaKernel::wgmma_single_pass);
+        CHECK_FALSE(plan.split);
+        CHECK(plan.num_splits == 1);
+      }
+    }
+  }
+  SECTION("a split is taken only where the model saves more than its margin") {
+    // s_q 1 (items 1 or 2): topk 256 (2 pairs) stays whole, topk 384 (3 pairs) splits.
+    for (const int h_q : {64, 128}) {
+      INFO("h_q " << h_q);
+      CHECK_FALSE(automatic_plan(1, h_q, 256).split);
+      CHECK(automatic_plan(1, h_q, 384).split);
+      CHECK(automatic_plan(1, h_q, 128).num_splits == 1);
+    }
+    // Each choice against the model: no slicing it considers prices lower than the one taken.
+    for (const int s_q : {1, 3, 8, 16, 32, 48, 64, 100, 130}) {
+      for (const int h_q : {64, 128}) {
+        for (const int topk : {128, 384, 640, 1152, 2048, 8320}) {
+          const k::SparseMlaPlan plan = automatic_plan(s_q, h_q, topk);
+          const int pairs = pairs_of(topk);
+          const int pps = plan.split ? plan.blocks_per_split / 2 : pairs;
+          INFO("s_q " << s_q << " h_q " << h_q << " topk " << topk << ": " << plan.num_splits << " slices of " << pps
+                      << " pairs");
+          REQUIRE(plan.blocks_per_split % 2 == 0);  // whole pairs
+          CHECK(plan.num_splits == (pairs + pps - 1) / pps);
+          const double taken = k::detail::split_time_us(items_of(s_q, h_q), pairs, pps, kH200Sms, 512);
+          const double single = k::detail::split_time_us(items_of(s_q, h_q), pairs, pairs, kH200Sms, 512);
+          if (plan.split) CHECK(taken < single - 1.0);
+          for (int other = 1; other <= pairs; ++other) {
+            if (std::int64_t{items_of(s_q, h_q)} * ((pairs + other - 1) / other) > 4 * kH200Sms) continue;
+            CHECK(k::detail::split_time_us(items_of(s_q, h_q), pairs, other, kH200Sms, 512) >=
+                  (other == pairs || !plan.split ? single - 1.0 : taken) - 1e-9);
+          }
+        }
+      }
+    }
+  }
+  SECTION("the SM count moves the choice") {
+    // 64 tokens of 64 heads fill half of 132 SMs (no split pays) but a quarter of 264.
+    CHECK_FALSE(automatic_plan(64, 64, 640, 512, 132).split);
+    CHECK(automatic_plan(16, 64, 640, 512, 132).split);
+    CHECK_FALSE(automatic_plan(16, 64, 640, 512, 16).split);  // one wave of items already
+  }
+  SECTION("s_q 0 plans the single pass") {
+    const k::SparseMlaPlan plan = automatic_plan(0, 128, 1152);
+    CHECK_FALSE(plan.split);
+    CHECK(plan.num_splits == 1);
+  }
+}
