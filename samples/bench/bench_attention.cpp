@@ -73,6 +73,7 @@ constexpr NamedPath kPaths[] = {
     {"split_topk", kernels::SparseMlaPath::split_topk, "spgraph-split-topk"},
     {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
+    {"single_pass_pair", kernels::SparseMlaPath::single_pass_pair, "spgraph-pair"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
@@ -251,7 +252,9 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       variants.push_back(&kPaths[3]);
     } else {
       for (const NamedPath* np : listed)
-        if (small || !is_split_path(np->path)) variants.push_back(np);
+        if ((small || !is_split_path(np->path)) &&
+            (np->path != kernels::SparseMlaPath::single_pass_pair || row.h_q == 128))  // the pair needs h_q 128
+          variants.push_back(np);
     }
     struct Timed {
       const NamedPath* path;

@@ -55,6 +55,9 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
     case SparseMlaPath::single_pass_mma:
       plan.kernel = SparseMlaKernel::mma_single_pass;
       break;
+    case SparseMlaPath::single_pass_pair:
+      plan.kernel = SparseMlaKernel::wgmma_pair;
+      break;
     case SparseMlaPath::split_topk:
     case SparseMlaPath::split_topk_mma: {
       plan.split = true;
@@ -81,7 +84,8 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
 }
 
 bool is_wgmma(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk;
+  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk ||
+         k == SparseMlaKernel::wgmma_pair;
 }
 
 std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
@@ -117,6 +121,39 @@ struct AttentionKernel {
       detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, kSmem, stream>>>(p);
     }
     return cudaGetLastError();
+  }
+};
+
+/// The cluster-pair form of the wgmma single pass (kernel wgmma_pair): clusters of two CTAs, the
+/// two head groups of a token (adjacent items of the 1-D grid, rank = head group). Launched with
+/// cudaLaunchKernelEx and a cluster-dimension attribute, which stream capture records as it does a
+/// plain launch.
+template <int D>
+struct PairKernel {
+  static constexpr int kSmem = detail::WgmmaSmem<D>::kAlloc;
+
+  static cudaError_t allow_smem(const core::DeviceInfo& info) noexcept {
+    static std::atomic<std::uint64_t> smem_allowed{0};
+    return core::allow_dynamic_smem_once(reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D, true>), kSmem,
+                                         info, smem_allowed);
+  }
+
+  static cudaError_t launch(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
+                            cudaStream_t stream) noexcept {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid, 1, 1);
+    config.blockDim = dim3(detail::kWgmmaThreads, 1, 1);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    cudaLaunchAttribute attr[1]{};
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    const cudaError_t status = cudaLaunchKernelEx(&config, &detail::sparse_mla_wgmma_kernel<D, true>, p, out_map);
+    return status != cudaSuccess ? status : cudaGetLastError();
   }
 };
 
@@ -205,11 +242,15 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   SPG_EXPECTS(std::isfinite(a.sm_scale), "sm_scale = " << a.sm_scale << " must be finite");
   SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
                   a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma ||
-                  a.path == SparseMlaPath::split_topk_mma,
+                  a.path == SparseMlaPath::split_topk_mma || a.path == SparseMlaPath::single_pass_pair,
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
+  SPG_EXPECTS(a.path != SparseMlaPath::single_pass_pair || a.h_q == 128,
+              "path = single_pass_pair (" << static_cast<int>(a.path) << ") needs h_q = 128 (two head groups per token "
+                                          << "form its cluster pair); h_q = " << a.h_q);
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
-  const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
+  const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma ||
+                      a.path == SparseMlaPath::single_pass_pair;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
   SPG_EXPECTS(std::int64_t{a.s_q} * a.h_q <= std::numeric_limits<std::int32_t>::max(),
@@ -285,7 +326,7 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   p.q_token_stride = resolved_stride(a.q_token_stride, std::int64_t{a.h_q} * a.d_qk);
   p.out_token_stride = resolved_stride(a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
   out.out_map = CUtensorMap{};
-  if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
+  if (plan.kernel == SparseMlaKernel::wgmma_single_pass || plan.kernel == SparseMlaKernel::wgmma_pair) {
     const cudaError_t status = encode_out_map(out.out_map, a.out, a.h_q, a.s_q, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
@@ -315,6 +356,10 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
     }
   };
   wgmma ? pick(std::true_type{}) : pick(std::false_type{});
+  if (plan.kernel == SparseMlaKernel::wgmma_pair) {  // grid = 2 s_q: whole clusters
+    out.allow_smem = a.d_qk == 512 ? &PairKernel<512>::allow_smem : &PairKernel<576>::allow_smem;
+    out.attention = a.d_qk == 512 ? &PairKernel<512>::launch : &PairKernel<576>::launch;
+  }
 
   detail::SparseMlaMergeParams& m = out.merge;
   m = detail::SparseMlaMergeParams{};

@@ -45,6 +45,7 @@
 
 #include <cstdint>
 
+#include "spgraph/kernels/sparse_mla/pair_sm90.cuh"
 #include "spgraph/kernels/sparse_mla/sparse_mla_device.cuh"
 #include "spgraph/kernels/sparse_mla/wgmma_sm90.cuh"
 
@@ -53,6 +54,9 @@ namespace spg::kernels::detail {
 inline constexpr int kWgmmaThreads = 384;
 inline constexpr int kWgmmaConsumerRegs = 224;
 inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 64512 = 384 * 168
+// The cluster-pair form (kPair): its producer holds a half's rows in registers (up to 40 of them).
+inline constexpr int kWgmmaPairConsumerRegs = 216;
+inline constexpr int kWgmmaPairProducerRegs = 72;  // 2 * 128 * 216 + 128 * 72 = 64512
 /// Initial running max: finite, so exp2(kWgmmaMInit - kWgmmaMInit) = 1 keeps a start on masked
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
@@ -129,7 +133,14 @@ __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int it
   return it;
 }
 
-template <int D>
+/// kPair: the cluster-pair form (SparseMlaKernel::wgmma_pair; single pass, h_q 128, launched as
+/// clusters of two CTAs, the token's two head groups). CTA rank r gathers rows 32 r .. 32 r + 31
+/// of every block into registers and stores them into its own buffer and, with st.async, into the
+/// partner's at the same offset; a full barrier takes this CTA's 128 producer arrivals (one of them
+/// expecting the partner's bytes), an empty barrier also lane 0 of each releasing consumer warp of
+/// the partner (no remote arrival in the last pair, which no refill waits for, so neither CTA
+/// arrives on the other's barriers after it may have exited). Consumers unchanged otherwise.
+template <int D, bool kPair = false>
 __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
                                                                               const __grid_constant__ CUtensorMap out_map) {
   using L = WgmmaSmem<D>;
@@ -147,13 +158,22 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // producer's fill_arrive), except K0's right-half empty barrier at d_qk 576: P0 lives in that
   // half's rope panel, so WG0 (which stores P0) arrives on it as well as WG1 (which reads it
   // last), and the refill is ordered after both directly.
-  constexpr int kEmptyK0RightCount = D == 576 ? 256 : 128;
+  // kPair: the empty barriers also take lane 0 of each of the partner's releasing warps.
+  constexpr int kRemoteWarps = kPair ? 4 : 0;
+  constexpr int kEmptyK0RightCount = D == 576 ? 256 + 2 * kRemoteWarps : 128 + kRemoteWarps;
   if (threadIdx.x == 0) {
     // index 5 = empty_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7, Q left / right at 8-9)
-    for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, i == 5 ? kEmptyK0RightCount : 128);
+    for (int i = 0; i < 10; ++i)
+      mbar_init(bar_base + 8u * i, i == 5 ? kEmptyK0RightCount : (i >= 4 && i < 8 ? 128 + kRemoteWarps : 128));
     mbar_init_fence();
   }
-  __syncthreads();
+  if constexpr (kPair) {
+    cluster_sync_all();  // the partner's barriers exist before any remote arrival or st.async
+  } else {
+    __syncthreads();
+  }
+  // kPair: the partner's shared window (the same layout at the same offsets).
+  [[maybe_unused]] const std::uint32_t peer_sb = kPair ? map_to_rank(sb, cluster_rank() ^ 1u) : 0u;
 
   // Broadcast from lane 0 so the compiler sees the warpgroup index as warp-uniform: the role
   // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
@@ -167,7 +187,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 
   if (wg == 2) {
     // ------------------------------------------------------------------ producer
-    regs_decrease<kWgmmaProducerRegs>();
+    regs_decrease<kPair ? kWgmmaPairProducerRegs : kWgmmaProducerRegs>();
 #ifdef SPGRAPH_WGMMA_PREFETCH_OUT_MAP
     // A/B switch, off (issue 15 round 3, docs/benchmark_history.md): the out map's descriptor fetched at
     // the start rather than at the epilogue's first store (the split kernels pass no map).
@@ -236,7 +256,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       for (int step = 0; step < 4; ++step) {
         const int bb = step & 1;
         const int hh = ((step + 1) >> 1) & 1;
-        mbar_wait(empty_bar(bb, hh), parity);
+        if constexpr (kPair) {
+          mbar_wait_cluster(empty_bar(bb, hh), parity);  // both CTAs' consumers released it
+        } else {
+          mbar_wait(empty_bar(bb, hh), parity);
+        }
         if (step < 2 && c8 == 0) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
@@ -244,18 +268,22 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
         const int pn0 = hh ? 4 : 0;
         const int pn1 = hh ? L::kPanels : 4;
+        if constexpr (kPair) {
+          pair_fill<D>(p, rows[bb], buf, peer_sb - sb, full_bar(bb, hh), pn0, pn1, x);
+        } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = rsub + 16 * i;
-          const int id = rows[bb][i];
-          const __nv_bfloat16* src = p.kv + c8 * 8;
-          if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
-          const int bytes = id >= 0 ? 16 : 0;
-          const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+          for (int i = 0; i < 4; ++i) {
+            const int r = rsub + 16 * i;
+            const int id = rows[bb][i];
+            const __nv_bfloat16* src = p.kv + c8 * 8;
+            if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
+            const int bytes = id >= 0 ? 16 : 0;
+            const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
+            for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
+          }
+          fill_arrive(full_bar(bb, hh));
         }
-        fill_arrive(full_bar(bb, hh));
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
         if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
       }
@@ -274,7 +302,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   }
 
   // -------------------------------------------------------------------- consumers
-  regs_increase<kWgmmaConsumerRegs>();
+  regs_increase<kPair ? kWgmmaPairConsumerRegs : kWgmmaConsumerRegs>();
   const int w = x >> 5;
   const int lane = x & 31;
   const int g = lane >> 2;
@@ -289,6 +317,24 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const std::uint32_t s1a = sb + L::kOffS1;
   float* m0_s = reinterpret_cast<float*>(sm + L::kOffM0);
   float* m1_s = reinterpret_cast<float*>(sm + L::kOffM1);
+  // A full barrier's phase; kPair: completed in part by the partner's st.async bytes.
+  auto wait_full = [&](std::uint32_t bar, std::uint32_t parity) {
+    if constexpr (kPair) {
+      mbar_wait_cluster(bar, parity);
+    } else {
+      mbar_wait(bar, parity);
+    }
+  };
+  // Releases half `h` of buffer `b` after this thread's reads (and at d_qk 576 WG0's P0 store) of
+  // pair `pr`; kPair: lane 0 of the warp also arrives on the partner's barrier, except in the
+  // last pair (no refill waits for it).
+  auto release = [&](int b, int h, int pr) {
+    mbar_arrive(empty_bar(b, h));
+    if constexpr (kPair) {
+      __syncwarp();
+      mbar_arrive_remote_if(peer_sb + (empty_bar(b, h) - sb), lane == 0 && pr + 1 < n_pairs);
+    }
+  };
   constexpr std::uint32_t kVLbo = 64 * 128;  // MN-major V: next 64 value columns = next panel
   constexpr std::uint32_t kVSbo = 1024;      // next 8 kv rows
 
@@ -380,13 +426,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // ---------------------------------------------------------------- WG0: blocks 2p (K0), cols 0..255
     if (n_pairs > 0) {
       mbar_wait(q_bar_left, 0);
-      mbar_wait(full_bar(0, 0), 0);
+      wait_full(full_bar(0, 0), 0);
       fence_proxy_async();
       wgmma_fence();
       qk_steps(k0a, 0, 16, true);
       wgmma_commit();
       mbar_wait(q_bar_right, 0);
-      mbar_wait(full_bar(0, 1), 0);
+      wait_full(full_bar(0, 1), 0);
       fence_proxy_async();
       qk_steps(k0a, 16, L::kSteps, false);
       wgmma_commit();
@@ -409,7 +455,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       pv_rs(k0a);  // O += P0 V0[:, 0:256]
       wgmma_wait<0>();
       reg_fence(o);
-      mbar_arrive(empty_bar(0, 0));
+      release(0, 0, pair);
       named_barrier(kWgBarM1, 256);
       float f[2];
 #pragma unroll
@@ -423,24 +469,24 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       fence_proxy_async();
       // d_qk 576: P0 sits in K0's rope panel; this thread's store (and its Q K0^T reads of the
       // half, complete at the wait above) come before the producer's next fill of the half.
-      if constexpr (D == 576) mbar_arrive(empty_bar(0, 1));
+      if constexpr (D == 576) release(0, 1, pair);
       named_barrier_arrive(kWgBarS0, 256);
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
       named_barrier(kWgBarS1, 256);
-      mbar_wait(full_bar(1, 0), ph);
+      wait_full(full_bar(1, 0), ph);
       fence_proxy_async();
       pv_ss(s1a, k1a);  // O += P1 V1[:, 0:256]
       if (pair + 1 < n_pairs) {
         // The next pair's S0 = Q K0^T overlaps the P1 V1 product.
-        mbar_wait(full_bar(0, 0), ph ^ 1u);
+        wait_full(full_bar(0, 0), ph ^ 1u);
         fence_proxy_async();
         qk_steps(k0a, 0, 16, true);
         wgmma_commit();
         wgmma_wait<1>();
         reg_fence(o);
-        mbar_arrive(empty_bar(1, 0));
-        mbar_wait(full_bar(0, 1), ph ^ 1u);
+        release(1, 0, pair);
+        wait_full(full_bar(0, 1), ph ^ 1u);
         fence_proxy_async();
         qk_steps(k0a, 16, L::kSteps, false);
         wgmma_commit();
@@ -449,7 +495,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       } else {
         wgmma_wait<0>();
         reg_fence(o);
-        mbar_arrive(empty_bar(1, 0));
+        release(1, 0, pair);
       }
     }
   } else {
@@ -457,13 +503,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     for (int pair = 0; pair < n_pairs; ++pair) {
       const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
       if (pair == 0) mbar_wait(q_bar_right, 0);
-      mbar_wait(full_bar(1, 1), ph);
+      wait_full(full_bar(1, 1), ph);
       fence_proxy_async();
       wgmma_fence();
       qk_steps(k1a, 16, L::kSteps, true);
       wgmma_commit();
       if (pair == 0) mbar_wait(q_bar_left, 0);
-      mbar_wait(full_bar(1, 0), ph);
+      wait_full(full_bar(1, 0), ph);
       fence_proxy_async();
       qk_steps(k1a, 0, 16, false);
       wgmma_commit();
@@ -487,15 +533,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       // P1 V1 and K0's right half (the next Q K0^T's) is released sooner. The fence covers both
       // the P1 panel (for WG0's product) and K0's right half (for this one).
       named_barrier(kWgBarS0, 256);
-      mbar_wait(full_bar(0, 1), ph);
+      wait_full(full_bar(0, 1), ph);
       fence_proxy_async();
       pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
       named_barrier_arrive(kWgBarS1, 256);
       wgmma_wait<1>();
-      mbar_arrive(empty_bar(1, 1));
+      release(1, 1, pair);
       wgmma_wait<0>();
       reg_fence(o);
-      mbar_arrive(empty_bar(0, 1));  // at d_qk 576 with WG0's arrivals after its P0 store
+      release(0, 1, pair);  // at d_qk 576 with WG0's arrivals after its P0 store
     }
   }
 
