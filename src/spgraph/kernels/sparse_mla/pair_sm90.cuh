@@ -102,31 +102,28 @@ __device__ __forceinline__ void st_async_16(std::uint32_t remote_dst, const uint
       : "memory");
 }
 
-/// The cluster-pair producer's fill of panels [pn0, pn1) of one kv buffer (128 producer threads,
-/// thread x): this CTA's 32 rows of the block (slots 2 r and 2 r + 1 of `rows`, the kv row per slot
-/// rsub + 16 i or -1 for a masked row, zero-filled), loaded into registers and stored into this
-/// CTA's buffer `buf` and the partner's (`peer_delta` bytes on in the shared::cluster window), the
-/// 128B-swizzled tile of wgmma_sm90.cuh. Then the arrivals on the local full barrier `full_bar`:
-/// thread 0's also expects the partner's bytes (32 rows x 128 bytes per panel), which its st.async
-/// writes complete on that barrier.
+/// The cluster-pair producer's gather, split in two so that a fill's loads run ahead of its
+/// buffer's release (128 producer threads, thread x: chunk x % 8 of rows x / 8 and x / 8 + 16 of
+/// this CTA's 32 rows of the block, rank r owning rows 32 r .. 32 r + 31).
+/// The right half holds 4 panels at d_qk 512 and 5 at 576 (the left half 4).
 template <int D>
-__device__ __forceinline__ void pair_fill(const SparseMlaParams& p, const int (&rows)[4], std::uint32_t buf,
-                                          std::uint32_t peer_delta, std::uint32_t full_bar, int pn0, int pn1, int x) {
-  constexpr int kMaxPanels = D / 64 - 4;  // the right half's panels: 4 (d_qk 512) or 5 (576)
+inline constexpr int kPairMaxPanels = D / 64 - 4;
+
+/// Panels [pn0, pn1) of this thread's two rows (`id0`, `id1`: kv rows, -1 for a masked row, which
+/// becomes zeros) into registers.
+template <int D>
+__device__ __forceinline__ void pair_load(uint4 (&v)[2][kPairMaxPanels<D>], const SparseMlaParams& p, int id0, int id1,
+                                          int pn0, int pn1, int x) {
   const int c8 = x & 7;
-  const int rsub = x >> 3;
-  const int rank = static_cast<int>(cluster_rank());
-  const int n = pn1 - pn0;
-  const int id[2] = {rank != 0 ? rows[2] : rows[0], rank != 0 ? rows[3] : rows[1]};
-  uint4 v[2][kMaxPanels];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
+    const int id = j == 0 ? id0 : id1;
     const __nv_bfloat16* src = p.kv + c8 * 8;
-    if (id[j] >= 0) src += static_cast<std::int64_t>(id[j]) * p.kv_row_stride;
+    if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
 #pragma unroll
-    for (int k = 0; k < kMaxPanels; ++k) {
-      if (k < n) {
-        if (id[j] >= 0) {
+    for (int k = 0; k < kPairMaxPanels<D>; ++k) {
+      if (k < pn1 - pn0) {
+        if (id >= 0) {
           v[j][k] = ld_global_nc_16(src + (pn0 + k) * 64);
         } else {
           v[j][k] = make_uint4(0u, 0u, 0u, 0u);
@@ -134,13 +131,25 @@ __device__ __forceinline__ void pair_fill(const SparseMlaParams& p, const int (&
       }
     }
   }
+}
+
+/// The registers of pair_load into this CTA's buffer `buf` and the partner's (`peer_delta` bytes
+/// on in the shared::cluster window), the 128B-swizzled tile of wgmma_sm90.cuh; then the arrivals
+/// on the local full barrier `full_bar`: thread 0's also expects the partner's bytes (32 rows x
+/// 128 bytes per panel), which its st.async writes complete on that barrier.
+template <int D>
+__device__ __forceinline__ void pair_store(const uint4 (&v)[2][kPairMaxPanels<D>], std::uint32_t buf,
+                                           std::uint32_t peer_delta, std::uint32_t full_bar, int pn0, int pn1, int x,
+                                           int rank) {
+  const int c8 = x & 7;
+  const int rsub = x >> 3;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int r = 32 * rank + rsub + 16 * j;
     const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-    for (int k = 0; k < kMaxPanels; ++k) {
-      if (k < n) {
+    for (int k = 0; k < kPairMaxPanels<D>; ++k) {
+      if (k < pn1 - pn0) {
         const std::uint32_t a = dst + static_cast<std::uint32_t>((pn0 + k) * 8192);
         st_shared_16(a, v[j][k]);
         st_async_16(a + peer_delta, v[j][k], full_bar + peer_delta);
@@ -149,7 +158,7 @@ __device__ __forceinline__ void pair_fill(const SparseMlaParams& p, const int (&
   }
   fence_proxy_async();  // this thread's generic stores, before the consumers' wgmma reads
   if (x == 0) {
-    mbar_arrive_expect_tx(full_bar, static_cast<std::uint32_t>(32 * 128 * n));
+    mbar_arrive_expect_tx(full_bar, static_cast<std::uint32_t>(32 * 128 * (pn1 - pn0)));
   } else {
     mbar_arrive(full_bar);
   }

@@ -239,6 +239,20 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     };
     int next_raw[2][4];
     if (n_pairs > 0) load_indices(0, next_raw);
+    // kPair: this CTA's rows are slots 2 rank and 2 rank + 1 of a block; the registers of the
+    // next fill, loaded as soon as the previous fill is stored (before the next buffer's release).
+    [[maybe_unused]] const int rank = kPair ? static_cast<int>(cluster_rank()) : 0;
+    [[maybe_unused]] auto kv_row = [&](int id) { return id < 0 || id >= p.s_kv ? -1 : id; };
+    [[maybe_unused]] uint4 pv[2][kPairMaxPanels<D>];
+    if constexpr (kPair) {
+      if (n_pairs > 0) {
+        pair_load<D>(pv, p, kv_row(rank ? next_raw[0][2] : next_raw[0][0]), kv_row(rank ? next_raw[0][3] : next_raw[0][1]),
+                     0, 4, x);
+        // Q's right half now rather than after the first fill: its source address and policy are
+        // then not live across the block loop (the pair producer's registers are its fills').
+        load_q(4, L::kPanels, q_bar_right);
+      }
+    }
     for (int pair = 0; pair < n_pairs; ++pair) {
       int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
 #pragma unroll
@@ -248,7 +262,20 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           const int id = next_raw[bb][i];
           rows[bb][i] = id < 0 || id >= p.s_kv ? -1 : id;
         }
-      if (pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
+      // kPair: this CTA's two rows per block, and which of the four slots are valid (the masks).
+      [[maybe_unused]] int own[2][2];
+      [[maybe_unused]] unsigned valid = 0;
+      if constexpr (kPair) {
+#pragma unroll
+        for (int bb = 0; bb < 2; ++bb) {
+          own[bb][0] = rank ? rows[bb][2] : rows[bb][0];
+          own[bb][1] = rank ? rows[bb][3] : rows[bb][1];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) valid |= (rows[bb][i] >= 0 ? 1u : 0u) << (4 * bb + i);
+        }
+      }
+      // kPair: after the block masks are written (step 1), so the two index sets are not live at once.
+      if (!kPair && pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
       const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
       // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
       // starts with the right half), K0 right, K1 left.
@@ -263,13 +290,27 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         }
         if (step < 2 && c8 == 0) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
+          for (int i = 0; i < 4; ++i) {
+            const bool ok = kPair ? ((valid >> (4 * bb + i)) & 1u) != 0 : rows[bb][i] >= 0;
+            mask_s[bb * 64 + rsub + 16 * i] = ok ? 0.0f : -CUDART_INF_F;
+          }
         }
         const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
         const int pn0 = hh ? 4 : 0;
         const int pn1 = hh ? L::kPanels : 4;
         if constexpr (kPair) {
-          pair_fill<D>(p, rows[bb], buf, peer_sb - sb, full_bar(bb, hh), pn0, pn1, x);
+          pair_store<D>(pv, buf, peer_sb - sb, full_bar(bb, hh), pn0, pn1, x, rank);
+          // The next fill's loads: step + 1 of this pair, or the next pair's first (its indices
+          // are next_raw's).
+          const int nb = (step + 1) & 1;
+          const int nh = ((step + 2) >> 1) & 1;
+          if (step == 1 && pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
+          if (step < 3) {
+            pair_load<D>(pv, p, own[nb][0], own[nb][1], nh ? 4 : 0, nh ? L::kPanels : 4, x);
+          } else if (pair + 1 < n_pairs) {
+            pair_load<D>(pv, p, kv_row(rank ? next_raw[0][2] : next_raw[0][0]),
+                         kv_row(rank ? next_raw[0][3] : next_raw[0][1]), 0, 4, x);
+          }
         } else {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
@@ -285,7 +326,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           fill_arrive(full_bar(bb, hh));
         }
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
-        if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
+        if (!kPair && pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
       }
       // Past this CTA's start, and about five pairs before its end: the Q rows of the CTA that
       // takes an SM next go to L2 (64 KB, one bulk prefetch), so the CTAs of a wave, which start
