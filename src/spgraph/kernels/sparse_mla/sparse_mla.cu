@@ -134,8 +134,13 @@ struct PairKernel {
 
   static cudaError_t allow_smem(const core::DeviceInfo& info) noexcept {
     static std::atomic<std::uint64_t> smem_allowed{0};
+#ifdef SPGRAPH_PAIR_LAUNCH_PLAIN
+    return core::allow_dynamic_smem_once(reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D, false>), kSmem,
+                                         info, smem_allowed);
+#else
     return core::allow_dynamic_smem_once(reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D, true>), kSmem,
                                          info, smem_allowed);
+#endif
   }
 
   static cudaError_t launch(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
@@ -152,7 +157,11 @@ struct PairKernel {
     attr[0].val.clusterDim.z = 1;
     config.attrs = attr;
     config.numAttrs = 1;
+#ifdef SPGRAPH_PAIR_LAUNCH_PLAIN  // DIAGNOSTIC (scratch): the plain wgmma kernel in clusters of two
+    const cudaError_t status = cudaLaunchKernelEx(&config, &detail::sparse_mla_wgmma_kernel<D, false>, p, out_map);
+#else
     const cudaError_t status = cudaLaunchKernelEx(&config, &detail::sparse_mla_wgmma_kernel<D, true>, p, out_map);
+#endif
     return status != cudaSuccess ? status : cudaGetLastError();
   }
 };
