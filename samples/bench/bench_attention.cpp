@@ -74,6 +74,7 @@ constexpr NamedPath kPaths[] = {
     {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
     {"single_pass_pair", kernels::SparseMlaPath::single_pass_pair, "spgraph-pair"},
+    {"single_pass_clustered", kernels::SparseMlaPath::single_pass_clustered, "spgraph-clustered"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
@@ -253,7 +254,8 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     } else {
       for (const NamedPath* np : listed)
         if ((small || !is_split_path(np->path)) &&
-            (np->path != kernels::SparseMlaPath::single_pass_pair || row.h_q == 128))  // the pair needs h_q 128
+            (row.h_q == 128 || (np->path != kernels::SparseMlaPath::single_pass_pair &&
+                                np->path != kernels::SparseMlaPath::single_pass_clustered)))  // clusters: h_q 128
           variants.push_back(np);
     }
     struct Timed {

@@ -285,10 +285,13 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
 const std::vector<k::SparseMlaPath> kAllKernels = {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk,
                                                    k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma};
 
-/// kAllKernels, and at h_q 128 also the cluster pair (single_pass_pair).
+/// kAllKernels, and at h_q 128 also the two cluster launches (single_pass_pair, single_pass_clustered).
 std::vector<k::SparseMlaPath> kernels_for(int h_q) {
   std::vector<k::SparseMlaPath> paths = kAllKernels;
-  if (h_q == 128) paths.push_back(k::SparseMlaPath::single_pass_pair);
+  if (h_q == 128) {
+    paths.push_back(k::SparseMlaPath::single_pass_pair);
+    paths.push_back(k::SparseMlaPath::single_pass_clustered);
+  }
   return paths;
 }
 
@@ -746,11 +749,12 @@ TEST_CASE("sparse_mla: d_qk 576 over many block pairs per CTA: repeats bit-ident
   }
 }
 
-TEST_CASE("sparse_mla: the cluster pair is bit-identical to the wgmma single pass", "[gpu][sparse_mla]") {
-  // Both run the same consumers on the same shared-memory tiles; the pair only changes who
-  // gathers a row (one CTA of the token's two, into both) and when a half may be refilled (once
-  // the consumers of both CTAs released it). A row slot written at the wrong place or time, a
-  // masked row not zero-filled, or a refill racing a read of the partner shows up as a difference.
+TEST_CASE("sparse_mla: the cluster launches are bit-identical to the wgmma single pass", "[gpu][sparse_mla]") {
+  // The cluster pair (single_pass_pair) runs the same consumers on the same shared-memory tiles;
+  // it only changes who gathers a row (one CTA of the token's two, into both) and when a half may
+  // be refilled (once the consumers of both CTAs released it). A row slot written at the wrong
+  // place or time, a masked row not zero-filled, or a refill racing a read of the partner shows up
+  // as a difference. single_pass_clustered is the plain kernel in clusters of two: the same code.
   // topk 2048: 16 block pairs per CTA, 16 refills of each half; 704: an odd block count (the last
   // pair has a masked block); s_q odd; topk_length 0 and num_tokens give CTA pairs with no block.
   spg::core::Stream stream;
@@ -764,22 +768,27 @@ TEST_CASE("sparse_mla: the cluster pair is bit-identical to the wgmma single pas
       const auto want = reference_of(p);
       const auto tokens = all_tokens(p.s_q);
       DeviceProblem wg(p, k::SparseMlaPath::single_pass);
-      DeviceProblem pair(p, k::SparseMlaPath::single_pass_pair);
-      REQUIRE(k::SparseMla::plan(pair.args).kernel == k::SparseMlaKernel::wgmma_pair);
       const Outputs base = run_mode(wg, Mode::eager, stream.get());
       const std::string label = describe(p) + (p.num_tokens >= 0 ? " num_tokens 35" : "");
       expect_matches(base, want, p.h_q, tokens, label + " wgmma");
-      int differing = 0;
-      for (int rep = 0; rep < 6; ++rep) {
-        const Mode mode = rep % 2 == 0 ? Mode::eager : Mode::graph;
-        const Outputs got = run_mode(pair, mode, stream.get());
-        if (rep < 2) expect_matches(got, want, p.h_q, tokens, label + " wgmma-pair " + mode_name(mode));
-        differing += got.out != base.out ||
-                     std::memcmp(got.lse.data(), base.lse.data(), base.lse.size() * 4) != 0 ||
-                     std::memcmp(got.max_logits.data(), base.max_logits.data(), base.max_logits.size() * 4) != 0;
+      for (const auto& [path, kernel] : {std::pair{k::SparseMlaPath::single_pass_pair, k::SparseMlaKernel::wgmma_pair},
+                                         std::pair{k::SparseMlaPath::single_pass_clustered,
+                                                   k::SparseMlaKernel::wgmma_clustered}}) {
+        DeviceProblem cl(p, path);
+        REQUIRE(k::SparseMla::plan(cl.args).kernel == kernel);
+        const std::string name = k::sparse_mla_kernel_name(kernel);
+        int differing = 0;
+        for (int rep = 0; rep < 6; ++rep) {
+          const Mode mode = rep % 2 == 0 ? Mode::eager : Mode::graph;
+          const Outputs got = run_mode(cl, mode, stream.get());
+          if (rep < 2) expect_matches(got, want, p.h_q, tokens, label + " " + name + " " + mode_name(mode));
+          differing += got.out != base.out ||
+                       std::memcmp(got.lse.data(), base.lse.data(), base.lse.size() * 4) != 0 ||
+                       std::memcmp(got.max_logits.data(), base.max_logits.data(), base.max_logits.size() * 4) != 0;
+        }
+        INFO(label << ": " << name << " runs (of 6) not bit-identical to the wgmma single pass: " << differing);
+        CHECK(differing == 0);
       }
-      INFO(label << ": cluster-pair runs (of 6) not bit-identical to the wgmma single pass: " << differing);
-      CHECK(differing == 0);
     }
   }
 }
@@ -842,7 +851,8 @@ TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][s
       const Problem base = make_problem({d_qk, 128, 1201, 448, 71}, {.sink = true, .topk_length = true}, ++seed);
       check_problem(with_stride(base, d_qk + extra), {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma,
                                                       k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma,
-                                                      k::SparseMlaPath::single_pass_pair},
+                                                      k::SparseMlaPath::single_pass_pair,
+                                                      k::SparseMlaPath::single_pass_clustered},
                     stream.get(), 4);
     }
   }
@@ -946,6 +956,10 @@ TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_ml
     CHECK(k::SparseMla::plan(a).split);
     a.path = k::SparseMlaPath::single_pass_pair;
     CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::wgmma_pair);
+    CHECK_FALSE(k::SparseMla::plan(a).split);
+    CHECK(k::SparseMla::workspace_bytes(a) == 0);
+    a.path = k::SparseMlaPath::single_pass_clustered;
+    CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::wgmma_clustered);
     CHECK_FALSE(k::SparseMla::plan(a).split);
     CHECK(k::SparseMla::workspace_bytes(a) == 0);
     a.path = k::SparseMlaPath::automatic;

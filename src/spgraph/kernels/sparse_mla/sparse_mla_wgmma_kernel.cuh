@@ -144,13 +144,6 @@ template <int D, bool kPair = false>
 __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
                                                                               const __grid_constant__ CUtensorMap out_map) {
   using L = WgmmaSmem<D>;
-  // DIAGNOSTIC (scratch, not for the tree): SPGRAPH_WGMMA_PAIR_DIAG 1 = pair without shared data
-  // (each CTA gathers all rows with cp.async; cluster-wide empties kept), 2 = cluster launch only.
-#ifndef SPGRAPH_WGMMA_PAIR_DIAG
-#define SPGRAPH_WGMMA_PAIR_DIAG 0
-#endif
-  constexpr bool kShare = kPair && SPGRAPH_WGMMA_PAIR_DIAG == 0;
-  constexpr bool kLock = kPair && SPGRAPH_WGMMA_PAIR_DIAG != 2;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   const std::uint32_t sb = smem_addr(sm);
@@ -166,7 +159,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // half's rope panel, so WG0 (which stores P0) arrives on it as well as WG1 (which reads it
   // last), and the refill is ordered after both directly.
   // kPair: the empty barriers also take lane 0 of each of the partner's releasing warps.
-  constexpr int kRemoteWarps = kLock ? 4 : 0;
+  constexpr int kRemoteWarps = kPair ? 4 : 0;
   constexpr int kEmptyK0RightCount = D == 576 ? 256 + 2 * kRemoteWarps : 128 + kRemoteWarps;
   if (threadIdx.x == 0) {
     // index 5 = empty_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7, Q left / right at 8-9)
@@ -251,7 +244,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     [[maybe_unused]] const int rank = kPair ? static_cast<int>(cluster_rank()) : 0;
     [[maybe_unused]] auto kv_row = [&](int id) { return id < 0 || id >= p.s_kv ? -1 : id; };
     [[maybe_unused]] uint4 pv[2][kPairMaxPanels<D>];
-    if constexpr (kShare) {
+    if constexpr (kPair) {
       if (n_pairs > 0) {
         pair_load<D>(pv, p, kv_row(rank ? next_raw[0][2] : next_raw[0][0]), kv_row(rank ? next_raw[0][3] : next_raw[0][1]),
                      0, 4, x);
@@ -272,7 +265,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       // kPair: this CTA's two rows per block, and which of the four slots are valid (the masks).
       [[maybe_unused]] int own[2][2];
       [[maybe_unused]] unsigned valid = 0;
-      if constexpr (kShare) {
+      if constexpr (kPair) {
 #pragma unroll
         for (int bb = 0; bb < 2; ++bb) {
           own[bb][0] = rank ? rows[bb][2] : rows[bb][0];
@@ -282,7 +275,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         }
       }
       // kPair: after the block masks are written (step 1), so the two index sets are not live at once.
-      if (!kShare && pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
+      if (!kPair && pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
       const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
       // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
       // starts with the right half), K0 right, K1 left.
@@ -290,7 +283,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       for (int step = 0; step < 4; ++step) {
         const int bb = step & 1;
         const int hh = ((step + 1) >> 1) & 1;
-        if constexpr (kLock) {
+        if constexpr (kPair) {
           mbar_wait_cluster(empty_bar(bb, hh), parity);  // both CTAs' consumers released it
         } else {
           mbar_wait(empty_bar(bb, hh), parity);
@@ -298,14 +291,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         if (step < 2 && c8 == 0) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const bool ok = kShare ? ((valid >> (4 * bb + i)) & 1u) != 0 : rows[bb][i] >= 0;
+            const bool ok = kPair ? ((valid >> (4 * bb + i)) & 1u) != 0 : rows[bb][i] >= 0;
             mask_s[bb * 64 + rsub + 16 * i] = ok ? 0.0f : -CUDART_INF_F;
           }
         }
         const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
         const int pn0 = hh ? 4 : 0;
         const int pn1 = hh ? L::kPanels : 4;
-        if constexpr (kShare) {
+        if constexpr (kPair) {
           pair_store<D>(pv, buf, peer_sb - sb, full_bar(bb, hh), pn0, pn1, x, rank);
           // The next fill's loads: step + 1 of this pair, or the next pair's first (its indices
           // are next_raw's).
@@ -333,7 +326,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           fill_arrive(full_bar(bb, hh));
         }
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
-        if (!kShare && pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
+        if (!kPair && pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
       }
       // Past this CTA's start, and about five pairs before its end: the Q rows of the CTA that
       // takes an SM next go to L2 (64 KB, one bulk prefetch), so the CTAs of a wave, which start
@@ -378,7 +371,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // last pair (no refill waits for it).
   auto release = [&](int b, int h, int pr) {
     mbar_arrive(empty_bar(b, h));
-    if constexpr (kLock) {
+    if constexpr (kPair) {
       __syncwarp();
       mbar_arrive_remote_if(peer_sb + (empty_bar(b, h) - sb), lane == 0 && pr + 1 < n_pairs);
     }
