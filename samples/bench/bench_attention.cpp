@@ -73,8 +73,6 @@ constexpr NamedPath kPaths[] = {
     {"split_topk", kernels::SparseMlaPath::split_topk, "spgraph-split-topk"},
     {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
-    {"single_pass_pair", kernels::SparseMlaPath::single_pass_pair, "spgraph-pair"},
-    {"single_pass_clustered", kernels::SparseMlaPath::single_pass_clustered, "spgraph-clustered"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
@@ -253,10 +251,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       variants.push_back(&kPaths[3]);
     } else {
       for (const NamedPath* np : listed)
-        if ((small || !is_split_path(np->path)) &&
-            (row.h_q == 128 || (np->path != kernels::SparseMlaPath::single_pass_pair &&
-                                np->path != kernels::SparseMlaPath::single_pass_clustered)))  // clusters: h_q 128
-          variants.push_back(np);
+        if (small || !is_split_path(np->path)) variants.push_back(np);
     }
     struct Timed {
       const NamedPath* path;

@@ -20,7 +20,7 @@ struct AttentionOptions {
   /// after 25 ms of warm-up and over at least 100 ms.
   bool burst{false};
   /// Comma-separated SparseMlaPath names (automatic, single_pass, split_topk, single_pass_mma,
-  /// split_topk_mma, single_pass_pair, single_pass_clustered: h_q 128 rows only) to time on every row, split paths on the small chunks only, each kernel
+  /// split_topk_mma) to time on every row, split paths on the small chunks only, each kernel
   /// once per row; empty: the default set (automatic and the mma.sync single pass, and on small
   /// chunks also single_pass, split_topk and split_topk_mma).
   std::string paths;

@@ -285,16 +285,6 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
 const std::vector<k::SparseMlaPath> kAllKernels = {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk,
                                                    k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma};
 
-/// kAllKernels, and at h_q 128 also the two cluster launches (single_pass_pair, single_pass_clustered).
-std::vector<k::SparseMlaPath> kernels_for(int h_q) {
-  std::vector<k::SparseMlaPath> paths = kAllKernels;
-  if (h_q == 128) {
-    paths.push_back(k::SparseMlaPath::single_pass_pair);
-    paths.push_back(k::SparseMlaPath::single_pass_clustered);
-  }
-  return paths;
-}
-
 bool is_split(k::SparseMlaPath path) {
   return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma;
 }
@@ -353,7 +343,7 @@ TEST_CASE("sparse_mla: small problem for the sanitizers", "[gpu][sparse_mla]") {
     // 150 tokens x 2 halves: more items than SMs, so persistent CTAs carry state from one item to
     // the next; topk 192 is an odd block count (the wgmma kernel's last pair has a masked block)
     check_problem(make_problem({d_qk, 128, 300, 192, 150}, {.sink = true, .topk_length = true, .extra_invalid = 0.1}, 31),
-                  kernels_for(128), stream.get(), 2);
+                  kAllKernels, stream.get(), 2);
 }
 
 TEST_CASE("sparse_mla: public correctness grid against the double reference", "[gpu][sparse_mla]") {
@@ -411,26 +401,26 @@ TEST_CASE("sparse_mla: masking edge cases", "[gpu][sparse_mla]") {
         }
         for (int t = 1; t < p.s_q; t += 5) p.topk_length[static_cast<std::size_t>(t)] = 0;
         p.topk_length[2] = p.topk;  // a full row next to the empty ones
-        check_problem(p, kernels_for(h_q), stream.get(), splits);
+        check_problem(p, kAllKernels, stream.get(), splits);
       }
       // each invalid value sprinkled among valid rows
-      check_problem(make_problem({d_qk, h_q, 3001, 320, 41}, {.extra_invalid = 0.3}, ++seed), kernels_for(h_q), stream.get(),
+      check_problem(make_problem({d_qk, h_q, 3001, 320, 41}, {.extra_invalid = 0.3}, ++seed), kAllKernels, stream.get(),
                     splits);
       {  // sink +inf, -inf and finite per head
         Problem p = make_problem({d_qk, h_q, 900, 192, 23}, {.sink = true}, ++seed);
         for (int h = 0; h < h_q; ++h)
           p.sink[static_cast<std::size_t>(h)] =
               h % 3 == 0 ? kInf : (h % 3 == 1 ? -kInf : 0.25f * static_cast<float>(h % 7));
-        check_problem(p, kernels_for(h_q), stream.get(), splits);
+        check_problem(p, kAllKernels, stream.get(), splits);
       }
       // s_kv smaller than topk, and a single kv row
-      check_problem(make_problem({d_qk, h_q, 17, 256, 19}, {.topk_length = true}, ++seed), kernels_for(h_q), stream.get(),
+      check_problem(make_problem({d_qk, h_q, 17, 256, 19}, {.topk_length = true}, ++seed), kAllKernels, stream.get(),
                     splits);
-      check_problem(make_problem({d_qk, h_q, 1, 128, 7}, {.sink = true}, ++seed), kernels_for(h_q), stream.get(), splits);
+      check_problem(make_problem({d_qk, h_q, 1, 128, 7}, {.sink = true}, ++seed), kAllKernels, stream.get(), splits);
       {  // peaked scores (large q, large sm_scale: logits up to ~10)
         Problem p = make_problem({d_qk, h_q, 2000, 512, 17}, {.topk_length = true, .q_amp = 3.0}, ++seed);
         p.sm_scale = 0.35f;
-        check_problem(p, kernels_for(h_q), stream.get(), splits);
+        check_problem(p, kAllKernels, stream.get(), splits);
       }
     }
   }
@@ -749,50 +739,6 @@ TEST_CASE("sparse_mla: d_qk 576 over many block pairs per CTA: repeats bit-ident
   }
 }
 
-TEST_CASE("sparse_mla: the cluster launches are bit-identical to the wgmma single pass", "[gpu][sparse_mla]") {
-  // The cluster pair (single_pass_pair) runs the same consumers on the same shared-memory tiles;
-  // it only changes who gathers a row (one CTA of the token's two, into both) and when a half may
-  // be refilled (once the consumers of both CTAs released it). A row slot written at the wrong
-  // place or time, a masked row not zero-filled, or a refill racing a read of the partner shows up
-  // as a difference. single_pass_clustered is the plain kernel in clusters of two: the same code.
-  // topk 2048: 16 block pairs per CTA, 16 refills of each half; 704: an odd block count (the last
-  // pair has a masked block); s_q odd; topk_length 0 and num_tokens give CTA pairs with no block.
-  spg::core::Stream stream;
-  std::uint64_t seed = 9500;
-  for (const int d_qk : {512, 576}) {
-    for (const int topk : {704, 2048}) {
-      Problem p = make_problem({d_qk, 128, 9001, topk, 37},
-                               {.sink = true, .topk_length = topk == 704, .extra_invalid = 0.05}, ++seed);
-      if (!p.topk_length.empty()) p.topk_length[3] = 0;
-      p.num_tokens = topk == 704 ? 35 : -1;
-      const auto want = reference_of(p);
-      const auto tokens = all_tokens(p.s_q);
-      DeviceProblem wg(p, k::SparseMlaPath::single_pass);
-      const Outputs base = run_mode(wg, Mode::eager, stream.get());
-      const std::string label = describe(p) + (p.num_tokens >= 0 ? " num_tokens 35" : "");
-      expect_matches(base, want, p.h_q, tokens, label + " wgmma");
-      for (const auto& [path, kernel] : {std::pair{k::SparseMlaPath::single_pass_pair, k::SparseMlaKernel::wgmma_pair},
-                                         std::pair{k::SparseMlaPath::single_pass_clustered,
-                                                   k::SparseMlaKernel::wgmma_clustered}}) {
-        DeviceProblem cl(p, path);
-        REQUIRE(k::SparseMla::plan(cl.args).kernel == kernel);
-        const std::string name = k::sparse_mla_kernel_name(kernel);
-        int differing = 0;
-        for (int rep = 0; rep < 6; ++rep) {
-          const Mode mode = rep % 2 == 0 ? Mode::eager : Mode::graph;
-          const Outputs got = run_mode(cl, mode, stream.get());
-          if (rep < 2) expect_matches(got, want, p.h_q, tokens, label + " " + name + " " + mode_name(mode));
-          differing += got.out != base.out ||
-                       std::memcmp(got.lse.data(), base.lse.data(), base.lse.size() * 4) != 0 ||
-                       std::memcmp(got.max_logits.data(), base.max_logits.data(), base.max_logits.size() * 4) != 0;
-        }
-        INFO(label << ": " << name << " runs (of 6) not bit-identical to the wgmma single pass: " << differing);
-        CHECK(differing == 0);
-      }
-    }
-  }
-}
-
 TEST_CASE("sparse_mla: tokens at or past num_tokens come out as empty rows", "[gpu][sparse_mla]") {
   // Outputs NaN-poisoned before every run; rows past num_tokens must be exactly out 0,
   // max_logits -inf, lse +inf, the others must match the reference. One graph per kernel serves
@@ -804,7 +750,7 @@ TEST_CASE("sparse_mla: tokens at or past num_tokens come out as empty rows", "[g
     const auto tokens = all_tokens(p.s_q);
     std::vector<std::unique_ptr<DeviceProblem>> devs;
     std::vector<std::unique_ptr<spg::test::CapturedLaunch>> graphs;
-    for (const auto path : kernels_for(p.h_q)) {
+    for (const auto path : kAllKernels) {
       devs.push_back(std::make_unique<DeviceProblem>(p, path, 3));
       DeviceProblem& d = *devs.back();
       graphs.push_back(std::make_unique<spg::test::CapturedLaunch>(stream.get(), [&] { return d.launch(stream.get()); }));
@@ -850,9 +796,7 @@ TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][s
     for (const std::int64_t extra : {8, d_qk + 200}) {
       const Problem base = make_problem({d_qk, 128, 1201, 448, 71}, {.sink = true, .topk_length = true}, ++seed);
       check_problem(with_stride(base, d_qk + extra), {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma,
-                                                      k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma,
-                                                      k::SparseMlaPath::single_pass_pair,
-                                                      k::SparseMlaPath::single_pass_clustered},
+                                                      k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma},
                     stream.get(), 4);
     }
   }
@@ -954,14 +898,6 @@ TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_ml
     a.path = k::SparseMlaPath::split_topk_mma;
     CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::mma_split_topk);
     CHECK(k::SparseMla::plan(a).split);
-    a.path = k::SparseMlaPath::single_pass_pair;
-    CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::wgmma_pair);
-    CHECK_FALSE(k::SparseMla::plan(a).split);
-    CHECK(k::SparseMla::workspace_bytes(a) == 0);
-    a.path = k::SparseMlaPath::single_pass_clustered;
-    CHECK(k::SparseMla::plan(a).kernel == k::SparseMlaKernel::wgmma_clustered);
-    CHECK_FALSE(k::SparseMla::plan(a).split);
-    CHECK(k::SparseMla::workspace_bytes(a) == 0);
     a.path = k::SparseMlaPath::automatic;
     const k::SparseMlaPlan plan = k::SparseMla::plan(a);
     CHECK(plan.kernel == expected_automatic(p));

@@ -55,12 +55,6 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
     case SparseMlaPath::single_pass_mma:
       plan.kernel = SparseMlaKernel::mma_single_pass;
       break;
-    case SparseMlaPath::single_pass_pair:
-      plan.kernel = SparseMlaKernel::wgmma_pair;
-      break;
-    case SparseMlaPath::single_pass_clustered:
-      plan.kernel = SparseMlaKernel::wgmma_clustered;
-      break;
     case SparseMlaPath::split_topk:
     case SparseMlaPath::split_topk_mma: {
       plan.split = true;
@@ -87,8 +81,7 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
 }
 
 bool is_wgmma(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk ||
-         k == SparseMlaKernel::wgmma_pair || k == SparseMlaKernel::wgmma_clustered;
+  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk;
 }
 
 std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
@@ -124,39 +117,6 @@ struct AttentionKernel {
       detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, kSmem, stream>>>(p);
     }
     return cudaGetLastError();
-  }
-};
-
-/// The wgmma single pass in clusters of two CTAs, the two head groups of a token (adjacent items
-/// of the 1-D grid, rank = head group): its cluster-pair form (kPair, kernel wgmma_pair) or the
-/// plain kernel (wgmma_clustered). Launched with cudaLaunchKernelEx and a cluster-dimension
-/// attribute, which stream capture records as it does a plain launch.
-template <int D, bool kPair>
-struct ClusterKernel {
-  static constexpr int kSmem = detail::WgmmaSmem<D>::kAlloc;
-
-  static cudaError_t allow_smem(const core::DeviceInfo& info) noexcept {
-    static std::atomic<std::uint64_t> smem_allowed{0};
-    return core::allow_dynamic_smem_once(reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D, kPair>), kSmem,
-                                         info, smem_allowed);
-  }
-
-  static cudaError_t launch(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
-                            cudaStream_t stream) noexcept {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(grid, 1, 1);
-    config.blockDim = dim3(detail::kWgmmaThreads, 1, 1);
-    config.dynamicSmemBytes = kSmem;
-    config.stream = stream;
-    cudaLaunchAttribute attr[1]{};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    const cudaError_t status = cudaLaunchKernelEx(&config, &detail::sparse_mla_wgmma_kernel<D, kPair>, p, out_map);
-    return status != cudaSuccess ? status : cudaGetLastError();
   }
 };
 
@@ -245,18 +205,11 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
   SPG_EXPECTS(std::isfinite(a.sm_scale), "sm_scale = " << a.sm_scale << " must be finite");
   SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
                   a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma ||
-                  a.path == SparseMlaPath::split_topk_mma || a.path == SparseMlaPath::single_pass_pair ||
-                  a.path == SparseMlaPath::single_pass_clustered,
+                  a.path == SparseMlaPath::split_topk_mma,
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
-  SPG_EXPECTS((a.path != SparseMlaPath::single_pass_pair && a.path != SparseMlaPath::single_pass_clustered) ||
-                  a.h_q == 128,
-              "path = " << (a.path == SparseMlaPath::single_pass_pair ? "single_pass_pair" : "single_pass_clustered")
-                        << " (" << static_cast<int>(a.path) << ") needs h_q = 128 (the two head groups of a token form "
-                        << "its cluster of two CTAs); h_q = " << a.h_q);
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
-  const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma ||
-                      a.path == SparseMlaPath::single_pass_pair || a.path == SparseMlaPath::single_pass_clustered;
+  const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
   SPG_EXPECTS(std::int64_t{a.s_q} * a.h_q <= std::numeric_limits<std::int32_t>::max(),
@@ -332,8 +285,7 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   p.q_token_stride = resolved_stride(a.q_token_stride, std::int64_t{a.h_q} * a.d_qk);
   p.out_token_stride = resolved_stride(a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
   out.out_map = CUtensorMap{};
-  if (plan.kernel == SparseMlaKernel::wgmma_single_pass || plan.kernel == SparseMlaKernel::wgmma_pair ||
-      plan.kernel == SparseMlaKernel::wgmma_clustered) {
+  if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
     const cudaError_t status = encode_out_map(out.out_map, a.out, a.h_q, a.s_q, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
@@ -363,13 +315,6 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
     }
   };
   wgmma ? pick(std::true_type{}) : pick(std::false_type{});
-  if (plan.kernel == SparseMlaKernel::wgmma_pair) {  // grid = 2 s_q: whole clusters
-    out.allow_smem = a.d_qk == 512 ? &ClusterKernel<512, true>::allow_smem : &ClusterKernel<576, true>::allow_smem;
-    out.attention = a.d_qk == 512 ? &ClusterKernel<512, true>::launch : &ClusterKernel<576, true>::launch;
-  } else if (plan.kernel == SparseMlaKernel::wgmma_clustered) {
-    out.allow_smem = a.d_qk == 512 ? &ClusterKernel<512, false>::allow_smem : &ClusterKernel<576, false>::allow_smem;
-    out.attention = a.d_qk == 512 ? &ClusterKernel<512, false>::launch : &ClusterKernel<576, false>::launch;
-  }
 
   detail::SparseMlaMergeParams& m = out.merge;
   m = detail::SparseMlaMergeParams{};

@@ -42,14 +42,6 @@ enum class SparseMlaPath : std::int32_t {
   /// kernel and as its performance baseline.
   single_pass_mma = 3,
   split_topk_mma = 4,  ///< the mma.sync kernel over top-k slices + the merge kernel (any device)
-  /// The wgmma single pass as clusters of two CTAs per token (sm_90 only, h_q 128 only): the
-  /// token's two head groups gather each kv row once between them and share it through
-  /// distributed shared memory. An A/B candidate; `automatic` does not pick it.
-  single_pass_pair = 5,
-  /// The wgmma single pass, unchanged, launched in clusters of two CTAs (sm_90 only, h_q 128 only):
-  /// the token's two head groups are scheduled together on two SMs of one GPC. An A/B candidate;
-  /// `automatic` does not pick it.
-  single_pass_clustered = 6,
 };
 
 /// @brief The kernel(s) a plan launches.
@@ -61,15 +53,9 @@ enum class SparseMlaKernel : std::int32_t {
   mma_single_pass = 1,   ///< persistent mma.sync kernel, whole top-k range per item
   mma_split_topk = 2,    ///< mma.sync partial kernel over top-k slices + merge kernel
   wgmma_split_topk = 3,  ///< the wgmma kernel, one CTA per (token, 64 heads, slice) + merge kernel
-  /// The wgmma single pass in clusters of two CTAs (the two head groups of a token), each gathering
-  /// half of every kv block into both CTAs' shared memory (st.async).
-  wgmma_pair = 4,
-  /// The wgmma single pass launched in clusters of two CTAs (the two head groups of a token).
-  wgmma_clustered = 5,
 };
 
-/// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split", "wgmma-pair",
-/// "wgmma-clustered"), for logs and
+/// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split"), for logs and
 /// benchmark tables.
 constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
   switch (k) {
@@ -77,8 +63,6 @@ constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
     case SparseMlaKernel::wgmma_split_topk: return "wgmma-split";
     case SparseMlaKernel::mma_single_pass: return "mma";
     case SparseMlaKernel::mma_split_topk: return "mma-split";
-    case SparseMlaKernel::wgmma_pair: return "wgmma-pair";
-    case SparseMlaKernel::wgmma_clustered: return "wgmma-clustered";
   }
   return "?";
 }
@@ -160,8 +144,7 @@ struct SparseMla {
   ///         neither 0 nor at least the contiguous size (h_q * d_qk, h_q * 512) or not a multiple
   ///         of 8, any of the three strides at 2^40 bytes or more (the TMA bound on a tensor map's
   ///         strides), q/kv/out not 16-byte aligned, a
-  ///         non-finite sm_scale, num_splits outside [0, topk / 64], path single_pass_pair or
-  ///         single_pass_clustered with h_q not 128,
+  ///         non-finite sm_scale, num_splits outside [0, topk / 64],
   ///         more than 2^31 - 1 output rows (s_q * h_q) or more than 2^31 - 1 work items.
   static void can_implement(const SparseMlaArgs& args);
 

@@ -45,7 +45,6 @@
 
 #include <cstdint>
 
-#include "spgraph/kernels/sparse_mla/pair_sm90.cuh"
 #include "spgraph/kernels/sparse_mla/sparse_mla_device.cuh"
 #include "spgraph/kernels/sparse_mla/wgmma_sm90.cuh"
 
@@ -54,9 +53,6 @@ namespace spg::kernels::detail {
 inline constexpr int kWgmmaThreads = 384;
 inline constexpr int kWgmmaConsumerRegs = 224;
 inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 64512 = 384 * 168
-// The cluster-pair form (kPair): its producer holds a half's rows in registers (up to 40 of them).
-inline constexpr int kWgmmaPairConsumerRegs = 216;
-inline constexpr int kWgmmaPairProducerRegs = 72;  // 2 * 128 * 216 + 128 * 72 = 64512
 /// Initial running max: finite, so exp2(kWgmmaMInit - kWgmmaMInit) = 1 keeps a start on masked
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
@@ -133,14 +129,7 @@ __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int it
   return it;
 }
 
-/// kPair: the cluster-pair form (SparseMlaKernel::wgmma_pair; single pass, h_q 128, launched as
-/// clusters of two CTAs, the token's two head groups). CTA rank r gathers rows 32 r .. 32 r + 31
-/// of every block into registers and stores them into its own buffer and, with st.async, into the
-/// partner's at the same offset; a full barrier takes this CTA's 128 producer arrivals (one of them
-/// expecting the partner's bytes), an empty barrier also lane 0 of each releasing consumer warp of
-/// the partner (no remote arrival in the last pair, which no refill waits for, so neither CTA
-/// arrives on the other's barriers after it may have exited). Consumers unchanged otherwise.
-template <int D, bool kPair = false>
+template <int D>
 __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
                                                                               const __grid_constant__ CUtensorMap out_map) {
   using L = WgmmaSmem<D>;
@@ -158,22 +147,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // producer's fill_arrive), except K0's right-half empty barrier at d_qk 576: P0 lives in that
   // half's rope panel, so WG0 (which stores P0) arrives on it as well as WG1 (which reads it
   // last), and the refill is ordered after both directly.
-  // kPair: the empty barriers also take lane 0 of each of the partner's releasing warps.
-  constexpr int kRemoteWarps = kPair ? 4 : 0;
-  constexpr int kEmptyK0RightCount = D == 576 ? 256 + 2 * kRemoteWarps : 128 + kRemoteWarps;
+  constexpr int kEmptyK0RightCount = D == 576 ? 256 : 128;
   if (threadIdx.x == 0) {
     // index 5 = empty_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7, Q left / right at 8-9)
-    for (int i = 0; i < 10; ++i)
-      mbar_init(bar_base + 8u * i, i == 5 ? kEmptyK0RightCount : (i >= 4 && i < 8 ? 128 + kRemoteWarps : 128));
+    for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, i == 5 ? kEmptyK0RightCount : 128);
     mbar_init_fence();
   }
-  if constexpr (kPair) {
-    cluster_sync_all();  // the partner's barriers exist before any remote arrival or st.async
-  } else {
-    __syncthreads();
-  }
-  // kPair: the partner's shared window (the same layout at the same offsets).
-  [[maybe_unused]] const std::uint32_t peer_sb = kPair ? map_to_rank(sb, cluster_rank() ^ 1u) : 0u;
+  __syncthreads();
 
   // Broadcast from lane 0 so the compiler sees the warpgroup index as warp-uniform: the role
   // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
@@ -187,7 +167,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 
   if (wg == 2) {
     // ------------------------------------------------------------------ producer
-    regs_decrease<kPair ? kWgmmaPairProducerRegs : kWgmmaProducerRegs>();
+    regs_decrease<kWgmmaProducerRegs>();
 #ifdef SPGRAPH_WGMMA_PREFETCH_OUT_MAP
     // A/B switch, off (issue 15 round 3, docs/benchmark_history.md): the out map's descriptor fetched at
     // the start rather than at the epilogue's first store (the split kernels pass no map).
@@ -239,20 +219,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     };
     int next_raw[2][4];
     if (n_pairs > 0) load_indices(0, next_raw);
-    // kPair: this CTA's rows are slots 2 rank and 2 rank + 1 of a block; the registers of the
-    // next fill, loaded as soon as the previous fill is stored (before the next buffer's release).
-    [[maybe_unused]] const int rank = kPair ? static_cast<int>(cluster_rank()) : 0;
-    [[maybe_unused]] auto kv_row = [&](int id) { return id < 0 || id >= p.s_kv ? -1 : id; };
-    [[maybe_unused]] uint4 pv[2][kPairMaxPanels<D>];
-    if constexpr (kPair) {
-      if (n_pairs > 0) {
-        pair_load<D>(pv, p, kv_row(rank ? next_raw[0][2] : next_raw[0][0]), kv_row(rank ? next_raw[0][3] : next_raw[0][1]),
-                     0, 4, x);
-        // Q's right half now rather than after the first fill: its source address and policy are
-        // then not live across the block loop (the pair producer's registers are its fills').
-        load_q(4, L::kPanels, q_bar_right);
-      }
-    }
     for (int pair = 0; pair < n_pairs; ++pair) {
       int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
 #pragma unroll
@@ -262,20 +228,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           const int id = next_raw[bb][i];
           rows[bb][i] = id < 0 || id >= p.s_kv ? -1 : id;
         }
-      // kPair: this CTA's two rows per block, and which of the four slots are valid (the masks).
-      [[maybe_unused]] int own[2][2];
-      [[maybe_unused]] unsigned valid = 0;
-      if constexpr (kPair) {
-#pragma unroll
-        for (int bb = 0; bb < 2; ++bb) {
-          own[bb][0] = rank ? rows[bb][2] : rows[bb][0];
-          own[bb][1] = rank ? rows[bb][3] : rows[bb][1];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) valid |= (rows[bb][i] >= 0 ? 1u : 0u) << (4 * bb + i);
-        }
-      }
-      // kPair: after the block masks are written (step 1), so the two index sets are not live at once.
-      if (!kPair && pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
+      if (pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
       const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
       // Fill order = consumer need order: K0 left (WG0's Q K0^T starts there), K1 right (WG1
       // starts with the right half), K0 right, K1 left.
@@ -283,50 +236,28 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       for (int step = 0; step < 4; ++step) {
         const int bb = step & 1;
         const int hh = ((step + 1) >> 1) & 1;
-        if constexpr (kPair) {
-          mbar_wait_cluster(empty_bar(bb, hh), parity);  // both CTAs' consumers released it
-        } else {
-          mbar_wait(empty_bar(bb, hh), parity);
-        }
+        mbar_wait(empty_bar(bb, hh), parity);
         if (step < 2 && c8 == 0) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const bool ok = kPair ? ((valid >> (4 * bb + i)) & 1u) != 0 : rows[bb][i] >= 0;
-            mask_s[bb * 64 + rsub + 16 * i] = ok ? 0.0f : -CUDART_INF_F;
-          }
+          for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
         }
         const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
         const int pn0 = hh ? 4 : 0;
         const int pn1 = hh ? L::kPanels : 4;
-        if constexpr (kPair) {
-          pair_store<D>(pv, buf, peer_sb - sb, full_bar(bb, hh), pn0, pn1, x, rank);
-          // The next fill's loads: step + 1 of this pair, or the next pair's first (its indices
-          // are next_raw's).
-          const int nb = (step + 1) & 1;
-          const int nh = ((step + 2) >> 1) & 1;
-          if (step == 1 && pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
-          if (step < 3) {
-            pair_load<D>(pv, p, own[nb][0], own[nb][1], nh ? 4 : 0, nh ? L::kPanels : 4, x);
-          } else if (pair + 1 < n_pairs) {
-            pair_load<D>(pv, p, kv_row(rank ? next_raw[0][2] : next_raw[0][0]),
-                         kv_row(rank ? next_raw[0][3] : next_raw[0][1]), 0, 4, x);
-          }
-        } else {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int r = rsub + 16 * i;
-            const int id = rows[bb][i];
-            const __nv_bfloat16* src = p.kv + c8 * 8;
-            if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
-            const int bytes = id >= 0 ? 16 : 0;
-            const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+        for (int i = 0; i < 4; ++i) {
+          const int r = rsub + 16 * i;
+          const int id = rows[bb][i];
+          const __nv_bfloat16* src = p.kv + c8 * 8;
+          if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
+          const int bytes = id >= 0 ? 16 : 0;
+          const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-            for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
-          }
-          fill_arrive(full_bar(bb, hh));
+          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
         }
+        fill_arrive(full_bar(bb, hh));
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
-        if (!kPair && pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
+        if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
       }
       // Past this CTA's start, and about five pairs before its end: the Q rows of the CTA that
       // takes an SM next go to L2 (64 KB, one bulk prefetch), so the CTAs of a wave, which start
@@ -343,7 +274,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   }
 
   // -------------------------------------------------------------------- consumers
-  regs_increase<kPair ? kWgmmaPairConsumerRegs : kWgmmaConsumerRegs>();
+  regs_increase<kWgmmaConsumerRegs>();
   const int w = x >> 5;
   const int lane = x & 31;
   const int g = lane >> 2;
@@ -358,24 +289,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const std::uint32_t s1a = sb + L::kOffS1;
   float* m0_s = reinterpret_cast<float*>(sm + L::kOffM0);
   float* m1_s = reinterpret_cast<float*>(sm + L::kOffM1);
-  // A full barrier's phase; kPair: completed in part by the partner's st.async bytes.
-  auto wait_full = [&](std::uint32_t bar, std::uint32_t parity) {
-    if constexpr (kPair) {
-      mbar_wait_cluster(bar, parity);
-    } else {
-      mbar_wait(bar, parity);
-    }
-  };
-  // Releases half `h` of buffer `b` after this thread's reads (and at d_qk 576 WG0's P0 store) of
-  // pair `pr`; kPair: lane 0 of the warp also arrives on the partner's barrier, except in the
-  // last pair (no refill waits for it).
-  auto release = [&](int b, int h, int pr) {
-    mbar_arrive(empty_bar(b, h));
-    if constexpr (kPair) {
-      __syncwarp();
-      mbar_arrive_remote_if(peer_sb + (empty_bar(b, h) - sb), lane == 0 && pr + 1 < n_pairs);
-    }
-  };
   constexpr std::uint32_t kVLbo = 64 * 128;  // MN-major V: next 64 value columns = next panel
   constexpr std::uint32_t kVSbo = 1024;      // next 8 kv rows
 
@@ -467,13 +380,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // ---------------------------------------------------------------- WG0: blocks 2p (K0), cols 0..255
     if (n_pairs > 0) {
       mbar_wait(q_bar_left, 0);
-      wait_full(full_bar(0, 0), 0);
+      mbar_wait(full_bar(0, 0), 0);
       fence_proxy_async();
       wgmma_fence();
       qk_steps(k0a, 0, 16, true);
       wgmma_commit();
       mbar_wait(q_bar_right, 0);
-      wait_full(full_bar(0, 1), 0);
+      mbar_wait(full_bar(0, 1), 0);
       fence_proxy_async();
       qk_steps(k0a, 16, L::kSteps, false);
       wgmma_commit();
@@ -496,7 +409,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       pv_rs(k0a);  // O += P0 V0[:, 0:256]
       wgmma_wait<0>();
       reg_fence(o);
-      release(0, 0, pair);
+      mbar_arrive(empty_bar(0, 0));
       named_barrier(kWgBarM1, 256);
       float f[2];
 #pragma unroll
@@ -510,24 +423,24 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       fence_proxy_async();
       // d_qk 576: P0 sits in K0's rope panel; this thread's store (and its Q K0^T reads of the
       // half, complete at the wait above) come before the producer's next fill of the half.
-      if constexpr (D == 576) release(0, 1, pair);
+      if constexpr (D == 576) mbar_arrive(empty_bar(0, 1));
       named_barrier_arrive(kWgBarS0, 256);
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
       named_barrier(kWgBarS1, 256);
-      wait_full(full_bar(1, 0), ph);
+      mbar_wait(full_bar(1, 0), ph);
       fence_proxy_async();
       pv_ss(s1a, k1a);  // O += P1 V1[:, 0:256]
       if (pair + 1 < n_pairs) {
         // The next pair's S0 = Q K0^T overlaps the P1 V1 product.
-        wait_full(full_bar(0, 0), ph ^ 1u);
+        mbar_wait(full_bar(0, 0), ph ^ 1u);
         fence_proxy_async();
         qk_steps(k0a, 0, 16, true);
         wgmma_commit();
         wgmma_wait<1>();
         reg_fence(o);
-        release(1, 0, pair);
-        wait_full(full_bar(0, 1), ph ^ 1u);
+        mbar_arrive(empty_bar(1, 0));
+        mbar_wait(full_bar(0, 1), ph ^ 1u);
         fence_proxy_async();
         qk_steps(k0a, 16, L::kSteps, false);
         wgmma_commit();
@@ -536,7 +449,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       } else {
         wgmma_wait<0>();
         reg_fence(o);
-        release(1, 0, pair);
+        mbar_arrive(empty_bar(1, 0));
       }
     }
   } else {
@@ -544,13 +457,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     for (int pair = 0; pair < n_pairs; ++pair) {
       const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
       if (pair == 0) mbar_wait(q_bar_right, 0);
-      wait_full(full_bar(1, 1), ph);
+      mbar_wait(full_bar(1, 1), ph);
       fence_proxy_async();
       wgmma_fence();
       qk_steps(k1a, 16, L::kSteps, true);
       wgmma_commit();
       if (pair == 0) mbar_wait(q_bar_left, 0);
-      wait_full(full_bar(1, 0), ph);
+      mbar_wait(full_bar(1, 0), ph);
       fence_proxy_async();
       qk_steps(k1a, 0, 16, false);
       wgmma_commit();
@@ -574,15 +487,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       // P1 V1 and K0's right half (the next Q K0^T's) is released sooner. The fence covers both
       // the P1 panel (for WG0's product) and K0's right half (for this one).
       named_barrier(kWgBarS0, 256);
-      wait_full(full_bar(0, 1), ph);
+      mbar_wait(full_bar(0, 1), ph);
       fence_proxy_async();
       pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
       named_barrier_arrive(kWgBarS1, 256);
       wgmma_wait<1>();
-      release(1, 1, pair);
+      mbar_arrive(empty_bar(1, 1));
       wgmma_wait<0>();
       reg_fence(o);
-      release(0, 1, pair);  // at d_qk 576 with WG0's arrivals after its P0 store
+      mbar_arrive(empty_bar(0, 1));  // at d_qk 576 with WG0's arrivals after its P0 store
     }
   }
 
