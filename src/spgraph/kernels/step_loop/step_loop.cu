@@ -22,12 +22,15 @@ void StepLoop::can_implement(const StepLoopArgs& a) {
   SPG_EXPECTS(a.max_chunks >= 0, "StepLoop: max_chunks = " << a.max_chunks << " must be at least 0");
   SPG_EXPECTS(a.header_words == StepStateWords::header_words(a.max_chunks),
               "StepLoop: header_words = " << a.header_words << " must be " << StepStateWords::header_words(a.max_chunks));
+  SPG_EXPECTS((a.release.sequence == nullptr) == (a.release.released == nullptr) &&
+                  (a.release.released == nullptr || a.release.arrivals != nullptr),
+              "StepLoop: release needs sequence, released and arrivals together (or none)");
   SPG_EXPECTS(a.chunk_bytes > 0 && a.chunk_bytes % 16 == 0 && a.chunk_bytes / 16 <= static_cast<std::size_t>(INT32_MAX),
               "StepLoop: chunk_bytes = " << a.chunk_bytes << " must be a positive multiple of 16 below 2^35");
 }
 
 cudaError_t StepLoop::run_head(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
-  detail::step_head_kernel<<<1, kHeadThreads, 0, stream>>>(a.staging, a.state, a.status, c);
+  detail::step_head_kernel<<<1, kHeadThreads, 0, stream>>>(a.staging, a.state, a.status, c, a.release);
   return cudaGetLastError();
 }
 
@@ -40,7 +43,8 @@ cudaError_t StepLoop::run_chunk_stage_in(const StepLoopArgs& a, cudaStream_t str
   const int vectors = static_cast<int>(a.chunk_bytes / 16);
   const int ctas = vectors / kCopyThreads + 1 < kCopyMaxCtas ? vectors / kCopyThreads + 1 : kCopyMaxCtas;
   detail::chunk_stage_in_kernel<<<ctas, kCopyThreads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(a.staging + a.header_words), a.state, static_cast<uint4*>(a.chunk_meta), vectors);
+      reinterpret_cast<const uint4*>(a.staging + a.header_words), a.state, static_cast<uint4*>(a.chunk_meta), vectors,
+      a.release);
   return cudaGetLastError();
 }
 

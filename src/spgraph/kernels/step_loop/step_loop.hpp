@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "spgraph/kernels/stage_in/stage_in.hpp"
 #include "spgraph/kernels/step_status.hpp"
 
 namespace spg::kernels {
@@ -39,6 +40,9 @@ struct StepLoopArgs {
   int header_words{0};                   ///< StepStateWords::header_words(max_chunks)
   void* chunk_meta{nullptr};             ///< the device metadata block the layers read
   StatusBlock* status{nullptr};
+  /// The staging block's release to the host: by the last chunk's stage-in, or by head for a step
+  /// of no chunks (all null: no release).
+  StagingRelease release{};
 };
 
 /// @brief The loop's conditionals, and whether the kernels set them (only inside the step graph).
@@ -52,11 +56,13 @@ struct StepLoop {
   /// @throws InvalidArgument for a null or misaligned pointer, max_chunks < 0 or a chunk size not
   ///         a positive multiple of 16.
   static void can_implement(const StepLoopArgs& a);
-  /// head: fault fold, header copy, loop opened when count > 0. One CTA.
+  /// head: fault fold, header copy, loop opened when count > 0, the staging block released when
+  /// count == 0. One CTA.
   static cudaError_t run_head(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
   /// next: current = next++, select = buckets[current], loop = next < count. One thread.
   static cudaError_t run_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
-  /// The chunk stage-in: metadata block `current` of the staging block to chunk_meta (no fault fold).
+  /// The chunk stage-in: metadata block `current` of the staging block to chunk_meta (no fault
+  /// fold); the last chunk's releases the staging block.
   static cudaError_t run_chunk_stage_in(const StepLoopArgs& a, cudaStream_t stream) noexcept;
 };
 
