@@ -1,8 +1,10 @@
 // Table D (steps): see bench_step.hpp.
 #include "samples/bench/bench_step.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "spgraph/graphs/executor.hpp"
 #include "spgraph/graphs/step.hpp"
 #include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
+#include "samples/bench/probes.hpp"
 #include "samples/serve_loop_verify.hpp"
 
 namespace spg::bench {
@@ -109,6 +112,91 @@ double gpu_us(graphs::Executor& ex, core::Event& a, core::Event& b, Launch&& lau
   return 1000.0 * b.elapsed_ms_since(a);
 }
 
+
+/// Node and edge structure of one graph level: node counts by type, edges (programmatic ones
+/// apart), the widest fan-out and fan-in (a fork or a join when above 1).
+std::string describe_graph(cudaGraph_t g) {
+  std::size_t n = 0;
+  SPG_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  SPG_CUDA_TRY(cudaGraphGetNodes(g, nodes.data(), &n));
+  std::map<int, int> types;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t{};
+    SPG_CUDA_TRY(cudaGraphNodeGetType(node, &t));
+    ++types[static_cast<int>(t)];
+  }
+  std::size_t e = 0;
+  SPG_CUDA_TRY(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &e));
+  std::vector<cudaGraphNode_t> from(e);
+  std::vector<cudaGraphNode_t> to(e);
+  std::vector<cudaGraphEdgeData> data(e);
+  if (e > 0) SPG_CUDA_TRY(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &e));
+  std::map<cudaGraphNode_t, int> out_degree;
+  std::map<cudaGraphNode_t, int> in_degree;
+  int programmatic = 0;
+  for (std::size_t i = 0; i < e; ++i) {
+    ++out_degree[from[i]];
+    ++in_degree[to[i]];
+    programmatic += data[i].type == cudaGraphDependencyTypeProgrammatic ? 1 : 0;
+  }
+  int fan_out = 0;
+  int fan_in = 0;
+  for (const auto& [node, d] : out_degree) fan_out = std::max(fan_out, d);
+  for (const auto& [node, d] : in_degree) fan_in = std::max(fan_in, d);
+  std::string text = std::to_string(n) + " nodes (";
+  for (const auto& [t, count] : types) {
+    const char* name = t == cudaGraphNodeTypeKernel        ? "kernel"
+                       : t == cudaGraphNodeTypeMemcpy      ? "memcpy"
+                       : t == cudaGraphNodeTypeMemset      ? "memset"
+                       : t == cudaGraphNodeTypeConditional ? "conditional"
+                       : t == cudaGraphNodeTypeEventRecord ? "event-record"
+                       : t == cudaGraphNodeTypeWaitEvent   ? "event-wait"
+                                                           : "other";
+    text += std::to_string(count) + " " + name + ", ";
+  }
+  text.resize(text.size() - 2);
+  text += "), " + std::to_string(e) + " edges (" + std::to_string(programmatic) + " programmatic), fan-out " +
+          std::to_string(fan_out) + ", fan-in " + std::to_string(fan_in);
+  return text;
+}
+
+/// Host time of ex.run(in) and its phases, medians: idle (synchronized after each) and busy (two
+/// launches behind a 2 ms spin, which is as far as the staging blocks let the host run ahead).
+template <class Input>
+void time_runs(graphs::Executor& ex, const Input& in, const std::string& name, const char* variant, Reporter& rep) {
+  for (const bool busy : {false, true}) {
+    std::vector<double> host;
+    std::vector<double> launch;
+    std::vector<double> staging;
+    std::vector<double> order;
+    for (int i = 0; i < kReps / 2 + 5; ++i) {
+      if (busy) SPG_CUDA_TRY(launch_spin_kernel(2'000'000ULL, ex.stream()));
+      for (int j = 0; j < 2; ++j) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const graphs::RunResult r = ex.run(in);
+        const auto t1 = std::chrono::steady_clock::now();
+        require(r);
+        if (!busy) ex.synchronize();
+        if (i < 5) continue;
+        host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() - r.waited_us);
+        launch.push_back(r.phases.launch_us);
+        staging.push_back(r.phases.staging_us);
+        order.push_back(r.phases.record_us);
+      }
+      ex.synchronize();
+    }
+    const std::string row = name + (busy ? "/busy" : "/idle");
+    auto add = [&](const char* metric, double v) { rep.add({"executor", row, variant, metric, v}); };
+    add("host_us", median(host));
+    add("host_launch_us", median(launch));
+    add("host_staging_us", median(staging));
+    add("host_record_us", median(order));
+    std::printf("  %-34s host %.2f us (staging %.2f, cudaGraphLaunch %.2f, other %.2f)\n", row.c_str(), median(host),
+                median(staging), median(launch), median(host) - median(staging) - median(launch));
+  }
+}
+
 }  // namespace
 
 void run_step_benchmarks(Reporter& rep) {
@@ -127,6 +215,22 @@ void run_step_benchmarks(Reporter& rep) {
     graphs::StepSplitter splitter(config, ex.step_layout());
     core::Event a;
     core::Event b;
+    {
+      const int last = ex.buckets().size() - 1;
+      const graphs::Graph chunk_graph = ex.record_graph(0, last, 0);
+      std::printf("  structure, %s chunk graph (largest bucket): %s\n", program.c_str(),
+                  describe_graph(chunk_graph.get()).c_str());
+      const graphs::StepGraph sg = ex.record_step_graph(0, 0);
+      std::printf("  structure, %s step graph: top %s; loop body %s; largest bucket body %s\n", program.c_str(),
+                  describe_graph(sg.graph.get()).c_str(), describe_graph(sg.loop_body).c_str(),
+                  describe_graph(sg.bucket_bodies.back()).c_str());
+      // One chunk (4 requests of 64 tokens) through run(chunk): the per-chunk graphs' launch.
+      BenchStep one;
+      make_step(config, 1, one);
+      const graphs::StepInput in{one.requests};
+      (void)splitter.split(in);
+      time_runs(ex, splitter.chunk(0), "chunk/" + program + "/1 chunk", "spgraph-graph", rep);
+    }
     for (const int chunks : {1, 4, 16}) {
       BenchStep step;
       make_step(config, chunks, step);
@@ -145,6 +249,7 @@ void run_step_benchmarks(Reporter& rep) {
         launch.push_back(r.phases.launch_us);
         staging.push_back(r.phases.staging_us);
       }
+      time_runs(ex, in, "step/" + program + "/" + std::to_string(chunks) + " chunks", "spgraph-step", rep);
       std::vector<double> step_gpu;
       std::vector<double> eager_gpu;
       std::vector<double> chunks_gpu;
