@@ -170,7 +170,7 @@ void time_runs(graphs::Executor& ex, const Input& in, const std::string& name, c
     std::vector<double> launch;
     std::vector<double> staging;
     std::vector<double> order;
-    for (int i = 0; i < kReps / 2 + 5; ++i) {
+    for (int i = 0; i < 35; ++i) {  // 60 launches after 10
       if (busy) SPG_CUDA_TRY(launch_spin_kernel(2'000'000ULL, ex.stream()));
       for (int j = 0; j < 2; ++j) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -230,6 +230,26 @@ void run_step_benchmarks(Reporter& rep) {
       const graphs::StepInput in{one.requests};
       (void)splitter.split(in);
       time_runs(ex, splitter.chunk(0), "chunk/" + program + "/1 chunk", "spgraph-graph", rep);
+      require(ex.run(in));  // both staging blocks hold a valid one-chunk step for the direct launches
+      require(ex.run(in));
+      ex.synchronize();
+      // The real graphs launched directly (no executor host path): one exec relaunched while its
+      // last launch is queued, against two alternating, idle and busy.
+      const graphs::Graph step_graph = [&] { return ex.record_step_graph(0, 0).graph; }();
+      const graphs::Graph* graphs_of[] = {&chunk_graph, &step_graph};
+      const char* names[] = {"chunk graph", "step graph"};
+      for (int g = 0; g < 2; ++g) {
+        graphs::GraphExec execs[2] = {graphs::GraphExec::instantiate(*graphs_of[g], ex.stream()),
+                                      graphs::GraphExec::instantiate(*graphs_of[g], ex.stream())};
+        for (const int n : {1, 2}) {
+          const LaunchLoad l = measure_launch_load(
+              [&](int i) { return execs[i].launch(ex.stream()); }, ex.stream(), n);
+          const std::string row = "launch-probe/real/" + program + " " + names[g] + (n == 1 ? "" : ", 2 execs");
+          rep.add({"executor", row, "graph", "host_launch_us_idle", l.idle_us});
+          rep.add({"executor", row, "graph", "host_launch_us_busy", l.busy_us});
+          std::printf("  %-48s cudaGraphLaunch idle %.2f us, busy %.2f us\n", row.c_str(), l.idle_us, l.busy_us);
+        }
+      }
     }
     for (const int chunks : {1, 4, 16}) {
       BenchStep step;

@@ -258,6 +258,8 @@ TEST_CASE("a launch on another stream runs after the last one, whichever stream 
     require_ok(ex.run(first.input(), 0, streams[k]));
     require_ok(ex.run(second.input(), 0, streams[k + 1]));
     ex.synchronize();  // waits for the last launch's stream, which the earlier one is ordered before
+    // Every stream drained: had the later launch not waited, the earlier one would have run last.
+    SPG_CUDA_TRY(cudaDeviceSynchronize());
     CHECK(same_rows(test::read_outputs(ex, 0, ex.config().max_tokens), want_second, rows, ex));
   }
   CHECK(ex.read_run_faults().total() == 0);
