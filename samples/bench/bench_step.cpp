@@ -235,19 +235,23 @@ void run_step_benchmarks(Reporter& rep) {
       ex.synchronize();
       // The real graphs launched directly (no executor host path): one exec relaunched while its
       // last launch is queued, against two alternating, idle and busy.
-      const graphs::Graph step_graph = [&] { return ex.record_step_graph(0, 0).graph; }();
-      const graphs::Graph* graphs_of[] = {&chunk_graph, &step_graph};
+      // A graph with conditional nodes instantiates once: each step exec from its own recording.
+      const graphs::Graph chunk_graph_2 = ex.record_graph(0, last, 0);
+      const graphs::Graph step_graphs[2] = {ex.record_step_graph(0, 0).graph, ex.record_step_graph(0, 0).graph};
+      const graphs::Graph* graphs_of[2][2] = {{&chunk_graph, &chunk_graph_2}, {&step_graphs[0], &step_graphs[1]}};
       const char* names[] = {"chunk graph", "step graph"};
       for (int g = 0; g < 2; ++g) {
-        graphs::GraphExec execs[2] = {graphs::GraphExec::instantiate(*graphs_of[g], ex.stream()),
-                                      graphs::GraphExec::instantiate(*graphs_of[g], ex.stream())};
+        graphs::GraphExec execs[2] = {graphs::GraphExec::instantiate(*graphs_of[g][0], ex.stream()),
+                                      graphs::GraphExec::instantiate(*graphs_of[g][1], ex.stream())};
         for (const int n : {1, 2}) {
           const LaunchLoad l = measure_launch_load(
               [&](int i) { return execs[i].launch(ex.stream()); }, ex.stream(), n);
           const std::string row = "launch-probe/real/" + program + " " + names[g] + (n == 1 ? "" : ", 2 execs");
           rep.add({"executor", row, "graph", "host_launch_us_idle", l.idle_us});
           rep.add({"executor", row, "graph", "host_launch_us_busy", l.busy_us});
-          std::printf("  %-48s cudaGraphLaunch idle %.2f us, busy %.2f us\n", row.c_str(), l.idle_us, l.busy_us);
+          rep.add({"executor", row, "graph", "host_launch_us_after_launch", l.running_us});
+          std::printf("  %-48s cudaGraphLaunch idle %.2f us, busy %.2f us, right after a launch %.2f us\n", row.c_str(),
+                      l.idle_us, l.busy_us, l.running_us);
         }
       }
     }

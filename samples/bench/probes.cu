@@ -300,8 +300,18 @@ LaunchLoad measure_launch_load(const std::function<cudaError_t(int)>& launch, cu
     }
     SPG_CUDA_TRY(cudaStreamSynchronize(stream));
   }
+  std::vector<double> running;
+  for (int i = 0; i < 45; ++i) {
+    SPG_CUDA_TRY(launch(0));
+    const auto t0 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(launch(execs > 1 ? 1 : 0));
+    const auto t1 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+    if (i >= 5) running.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
   out.idle_us = median(idle);
   out.busy_us = median(busy);
+  out.running_us = median(running);
   return out;
 }
 
@@ -406,8 +416,9 @@ void run_load_probe(Reporter& rep, cudaStream_t stream) {
         static_cast<int>(c.execs.size()));
     rep.add({"executor", "launch-probe/load/" + c.name, "graph", "host_launch_us_idle", l.idle_us});
     rep.add({"executor", "launch-probe/load/" + c.name, "graph", "host_launch_us_busy", l.busy_us});
-    std::printf("  launch-probe load %-24s cudaGraphLaunch idle %.2f us, busy %.2f us\n", c.name.c_str(), l.idle_us,
-                l.busy_us);
+    rep.add({"executor", "launch-probe/load/" + c.name, "graph", "host_launch_us_after_launch", l.running_us});
+    std::printf("  launch-probe load %-24s cudaGraphLaunch idle %.2f us, busy %.2f us, right after a launch %.2f us\n",
+                c.name.c_str(), l.idle_us, l.busy_us, l.running_us);
   }
   // The per-launch event record the executor made before (after every launch): idle and busy.
   const graphs::GraphExec& plain = cases[0].execs[0];

@@ -23,11 +23,14 @@ void run_launch_probe(Reporter& reporter);
 /// device busy so that launches behind it queue.
 cudaError_t launch_spin_kernel(unsigned long long ns, cudaStream_t stream) noexcept;
 
-/// @brief Host microseconds of one launch, medians: on an idle device (synchronized after each)
-///        and busy (16 launches back to back behind a 3 ms spin, the device behind the host).
+/// @brief Host microseconds of one launch, medians: on an idle device (synchronized after each),
+///        busy (16 launches back to back behind a 3 ms spin, the device behind the host), and
+///        right after a launch of exec 0 on an idle device (exec 0 again with one exec, so its
+///        previous launch is running; exec 1 with two).
 struct LaunchLoad {
   double idle_us{0};
   double busy_us{0};
+  double running_us{0};
 };
 /// Times `launch(i)` (i cycles over [0, execs)) idle, then busy, on `stream`. @throws CudaError.
 LaunchLoad measure_launch_load(const std::function<cudaError_t(int)>& launch, cudaStream_t stream, int execs);

@@ -247,19 +247,19 @@ TEST_CASE("a step of k chunks in one launch leaves what k single-chunk runs leav
   CHECK(ex.read_run_faults().total() == 0);
 }
 
-TEST_CASE("the step graph holds head, WHILE, next, SWITCH and one body per bucket", "[gpu][step]") {
+TEST_CASE("the step graph holds head, WHILE, tail, next, SWITCH and one body per bucket", "[gpu][step]") {
   graphs::Executor ex(step_program(), step_options());
   ex.warmup();
   for (int p = 0; p < ex.programs(); ++p) {
     std::vector<const graphs::Pipeline*> bodies;
-    std::size_t want = 4;
+    std::size_t want = 5;
     for (int b = 0; b < ex.buckets().size(); ++b) {
       bodies.push_back(&ex.pipeline(p, b));
       want += static_cast<std::size_t>(ex.pipeline(p, b).kernel_launches());
     }
     for (int s = 0; s < 2; ++s) {
       const graphs::StepGraph g = ex.record_step_graph(p, s);
-      CHECK(g.graph.node_count() == 2);
+      CHECK(g.graph.node_count() == 3);
       std::size_t loop_nodes = 0;
       REQUIRE(cudaGraphGetNodes(g.loop_body, nullptr, &loop_nodes) == cudaSuccess);
       CHECK(loop_nodes == 2);

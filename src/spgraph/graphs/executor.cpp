@@ -256,9 +256,9 @@ void Executor::check_options(const model::PipelineConfig& config, const Executor
 
 Executor::~Executor() {
   // Graphs and the pool must not be torn down under running work, on whichever stream it runs:
-  // every launch is ordered before the last one, on last_stream_.
+  // every launch is ordered before the last one, which order_ marks when it ran on a caller's stream.
   if (steps_ > 0 && last_stream_ != stream_.get()) {
-    core::detail::report_release_failure("executor step", cudaStreamSynchronize(last_stream_));
+    core::detail::report_release_failure("executor step", cudaEventSynchronize(order_.get()));
   }
   core::detail::report_release_failure("executor stream work", cudaStreamSynchronize(stream_.get()));
 }
@@ -465,7 +465,7 @@ bool Executor::acquire_staging(int block, RunResult& result) noexcept {
     // the last one): then the block is free whatever the word says, and an error on the way
     // (a fault that stopped the launch before its release) is reported, not waited on forever.
     if (spin % 64 == 0) {
-      const cudaError_t q = cudaStreamQuery(last_stream_);
+      const cudaError_t q = last_stream_ == stream_.get() ? cudaStreamQuery(stream_.get()) : cudaEventQuery(order_.get());
       if (q == cudaSuccess) break;
       if (q != cudaErrorNotReady) {
         result.status = RunStatus::cuda_error;
@@ -484,10 +484,13 @@ void Executor::submit(int block, cudaStream_t stream, RunResult& result, Launch&
   const bool timed = options_.time_host_phases;
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
   // Steps share the pool's metadata block and workspaces: a step on another stream than the last
-  // one waits for it on the device. Only then is an event recorded (on the last step's stream).
+  // one waits for it on the device, through order_: recorded after the last launch when that was
+  // on a caller's stream, or now on the executor's own stream (which lives as long as it does).
+  // A launch on the executor's own stream records nothing.
+  const bool own = stream == stream_.get();
   cudaError_t err = cudaSuccess;
   if (steps_ > 0 && stream != last_stream_) {
-    err = cudaEventRecord(order_.get(), last_stream_);
+    if (last_stream_ == stream_.get()) err = cudaEventRecord(order_.get(), last_stream_);
     if (err == cudaSuccess) err = cudaStreamWaitEvent(stream, order_.get(), 0);
   }
   const Clock::time_point t2 = timed ? Clock::now() : Clock::time_point{};
@@ -496,10 +499,15 @@ void Executor::submit(int block, cudaStream_t stream, RunResult& result, Launch&
   const auto sequence = static_cast<std::uint32_t>(steps_ + 1);
   std::atomic_ref<std::uint32_t>(release_words_[block]).store(sequence, std::memory_order_release);
   if (err == cudaSuccess) err = launch();
+  const Clock::time_point t3 = timed ? Clock::now() : Clock::time_point{};
+  // After a launch on a caller's stream the executor never uses that stream again (the caller may
+  // destroy it): the event marks the launch for the next stream change, synchronize() and the
+  // destructor.
+  if (err == cudaSuccess && !own) err = cudaEventRecord(order_.get(), stream);
   if (timed) {
     using Us = std::chrono::duration<double, std::micro>;
-    result.phases.record_us = Us(t2 - t1).count();
-    result.phases.launch_us = Us(Clock::now() - t2).count();
+    result.phases.launch_us = Us(t3 - t2).count();
+    result.phases.record_us = Us(t2 - t1).count() + Us(Clock::now() - t3).count();
   }
   if (err != cudaSuccess) {
     // Part of the step may be queued and still read the staging block: let it drain before the
@@ -603,7 +611,7 @@ RunResult Executor::run_eager(const ChunkInput& chunk, int program, cudaStream_t
 }
 
 void Executor::synchronize() const {
-  if (steps_ > 0 && last_stream_ != stream()) SPG_CUDA_TRY(cudaStreamSynchronize(last_stream_));
+  if (steps_ > 0 && last_stream_ != stream()) SPG_CUDA_TRY(cudaEventSynchronize(order_.get()));
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
 }
 

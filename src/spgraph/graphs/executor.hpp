@@ -116,8 +116,8 @@ struct RunResult {
   struct Phases {
     double staging_us{0.0};  ///< checking the chunk and filling the staging block (waited_us excluded)
     double launch_us{0.0};   ///< cudaGraphLaunch (or the eager launches)
-    /// Ordering the launch after the last one when the stream changed (an event record on the old
-    /// stream and a wait on the new one); about 0 on the last launch's stream, where nothing is recorded.
+    /// Events: ordering the launch after the last one when the stream changed, and on a caller's
+    /// stream the event recorded after the launch; about 0 on the executor's own stream.
     double record_us{0.0};
   } phases;
   [[nodiscard]] bool ok() const noexcept { return status == RunStatus::ok; }
@@ -151,9 +151,9 @@ class Executor {
   /// The graph reads q, top-k and the K rows when it runs: the caller's writes of them must be
   /// ordered before it on `stream` (issue them on `stream`, or make `stream` wait on an event).
   /// Steps on different streams are ordered by the executor (each step waits for the one before:
-  /// they share the pool's workspace), and the outputs are ready in `stream`'s order. The stream
-  /// of the last launch must stay valid until the next launch on another stream, synchronize(),
-  /// read_status(), read_run_faults() or the executor's destruction: those order on it or wait for it.
+  /// they share the pool's workspace), and the outputs are ready in `stream`'s order. On the
+  /// executor's own stream a launch records no event; on a caller's stream one event after the
+  /// launch, and the executor never touches that stream again (the caller may destroy it).
   [[nodiscard]] RunResult run(const ChunkInput& chunk, int program = 0) noexcept { return run(chunk, program, stream()); }
   [[nodiscard]] RunResult run(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept;
   /// The same recording launched kernel by kernel, for comparison and debugging.
@@ -185,8 +185,8 @@ class Executor {
   [[nodiscard]] StepGraph record_step_graph(int program, int staging) const;
   [[nodiscard]] const StepLayout& step_layout() const noexcept { return step_layout_; }
 
-  /// Waits for every submitted step (the last launch's stream, which every launch is ordered
-  /// before, then the executor's own). @throws CudaError.
+  /// Waits for every submitted step (the last launch, which every launch is ordered before, then
+  /// the executor's own stream). @throws CudaError.
   void synchronize() const;
   /// Copies the last completed step's fault counters to the host (waits for it first).
   [[nodiscard]] kernels::StepStatus read_status() const;
@@ -268,7 +268,9 @@ class Executor {
   static constexpr int kStagingBlocks = 4;
   std::uint32_t* release_words_{nullptr};
   std::uint32_t issued_[kStagingBlocks]{};  // the sequence number of the last launch that read each block
-  core::Event order_;  // recorded on the last stream only when the next launch is on another
+  // After each launch on a caller's stream, or on the executor's own stream when the next launch
+  // is on another: what a stream change, synchronize() and the destructor wait for.
+  core::Event order_;
   cudaStream_t last_stream_{nullptr};  // the stream of the last launched step
   std::vector<Entry> entries_;
   // Steps: the staging blocks, the device step state, the split's scratch, each program's step

@@ -30,7 +30,7 @@ void StepLoop::can_implement(const StepLoopArgs& a) {
 }
 
 cudaError_t StepLoop::run_head(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
-  detail::step_head_kernel<<<1, kHeadThreads, 0, stream>>>(a.staging, a.state, a.status, c, a.release);
+  detail::step_head_kernel<<<1, kHeadThreads, 0, stream>>>(a.staging, a.state, a.status, c);
   return cudaGetLastError();
 }
 
@@ -43,8 +43,12 @@ cudaError_t StepLoop::run_chunk_stage_in(const StepLoopArgs& a, cudaStream_t str
   const int vectors = static_cast<int>(a.chunk_bytes / 16);
   const int ctas = vectors / kCopyThreads + 1 < kCopyMaxCtas ? vectors / kCopyThreads + 1 : kCopyMaxCtas;
   detail::chunk_stage_in_kernel<<<ctas, kCopyThreads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(a.staging + a.header_words), a.state, static_cast<uint4*>(a.chunk_meta), vectors,
-      a.release);
+      reinterpret_cast<const uint4*>(a.staging + a.header_words), a.state, static_cast<uint4*>(a.chunk_meta), vectors);
+  return cudaGetLastError();
+}
+
+cudaError_t StepLoop::run_tail(const StepLoopArgs& a, cudaStream_t stream) noexcept {
+  detail::step_tail_kernel<<<1, 1, 0, stream>>>(a.release);
   return cudaGetLastError();
 }
 

@@ -1,13 +1,14 @@
 // Step loop: the three small kernels that let one graph launch run a whole step of chunks
 // (docs/graphs.md, "Steps"). The step graph is
 //
-//   head -> WHILE(loop) { next -> SWITCH(select) { bucket b: chunk stage-in -> the layers' stages } }
+//   head -> WHILE(loop) { next -> SWITCH(select) { bucket b: chunk stage-in -> the layers' stages } } -> tail
 //
 // head folds the previous step's fault counters, copies the step header (chunk count and each
 // chunk's bucket) from the pinned staging block into the device step state and opens the loop
 // when there is a chunk; next advances the chunk index, selects the chunk's bucket body and
 // closes the loop after the last chunk; the chunk stage-in copies the current chunk's metadata
-// block from the staging block to the device block the layers read. Launched outside a graph
+// block from the staging block to the device block the layers read; tail releases the staging
+// block to the host once the whole step has run. Launched outside a graph
 // (the eager step), head and next set no conditional: the host loops and picks the body.
 #pragma once
 
@@ -40,8 +41,9 @@ struct StepLoopArgs {
   int header_words{0};                   ///< StepStateWords::header_words(max_chunks)
   void* chunk_meta{nullptr};             ///< the device metadata block the layers read
   StatusBlock* status{nullptr};
-  /// The staging block's release to the host: by the last chunk's stage-in, or by head for a step
-  /// of no chunks (all null: no release).
+  /// The staging block's release to the host, by tail after the whole step (all null: no release).
+  /// After the step rather than after its last read: a graph with conditional nodes relaunched
+  /// while its previous launch still runs costs the host that launch's remaining time.
   StagingRelease release{};
 };
 
@@ -56,14 +58,14 @@ struct StepLoop {
   /// @throws InvalidArgument for a null or misaligned pointer, max_chunks < 0 or a chunk size not
   ///         a positive multiple of 16.
   static void can_implement(const StepLoopArgs& a);
-  /// head: fault fold, header copy, loop opened when count > 0, the staging block released when
-  /// count == 0. One CTA.
+  /// head: fault fold, header copy, loop opened when count > 0. One CTA.
   static cudaError_t run_head(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
   /// next: current = next++, select = buckets[current], loop = next < count. One thread.
   static cudaError_t run_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
-  /// The chunk stage-in: metadata block `current` of the staging block to chunk_meta (no fault
-  /// fold); the last chunk's releases the staging block.
+  /// The chunk stage-in: metadata block `current` of the staging block to chunk_meta (no fault fold).
   static cudaError_t run_chunk_stage_in(const StepLoopArgs& a, cudaStream_t stream) noexcept;
+  /// tail: the staging block's release (StagingRelease) after the loop. One thread.
+  static cudaError_t run_tail(const StepLoopArgs& a, cudaStream_t stream) noexcept;
 };
 
 }  // namespace spg::kernels

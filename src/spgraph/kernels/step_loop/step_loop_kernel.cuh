@@ -13,8 +13,7 @@ namespace spg::kernels::detail {
 using W = StepStateWords;
 
 __global__ void step_head_kernel(const std::int32_t* __restrict__ staging, std::int32_t* __restrict__ state,
-                                 StatusBlock* status, StepConditionals c, StagingRelease release) {
-  const std::uint32_t sequence = threadIdx.x == 0 ? staging_sequence(release) : 0;
+                                 StatusBlock* status, StepConditionals c) {
   // The host checked the count against max_chunks: staging holds what it wrote.
   const int count = staging[W::count];
   for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) {
@@ -27,7 +26,6 @@ __global__ void step_head_kernel(const std::int32_t* __restrict__ staging, std::
     state[W::current] = 0;
     if (c.set) cudaGraphSetConditional(c.loop, count > 0 ? 1U : 0U);
   }
-  release_staging(release, sequence, count == 0);  // no chunk stage-in will read the block
 }
 
 __global__ void step_next_kernel(std::int32_t* __restrict__ state, StepConditionals c) {
@@ -41,15 +39,15 @@ __global__ void step_next_kernel(std::int32_t* __restrict__ state, StepCondition
 }
 
 __global__ void chunk_stage_in_kernel(const uint4* __restrict__ chunks, const std::int32_t* __restrict__ state,
-                                      uint4* __restrict__ meta, int vectors, StagingRelease release) {
-  const int current = state[W::current];
-  const std::uint32_t sequence = threadIdx.x == 0 ? staging_sequence(release) : 0;
-  const uint4* src = chunks + static_cast<std::int64_t>(current) * vectors;
+                                      uint4* __restrict__ meta, int vectors) {
+  const uint4* src = chunks + static_cast<std::int64_t>(state[W::current]) * vectors;
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < vectors;
        i += static_cast<int>(gridDim.x * blockDim.x)) {
     meta[i] = src[i];
   }
-  release_staging(release, sequence, current + 1 == state[W::count]);  // the step's last read of the block
 }
+
+/// After the loop: the whole step has run, so its staging block (and its graph) is free again.
+__global__ void step_tail_kernel(StagingRelease release) { release_staging(release, staging_sequence(release), true); }
 
 }  // namespace spg::kernels::detail
