@@ -407,9 +407,12 @@ void run_load_probe(Reporter& rep, cudaStream_t stream) {
   add_case("plain-chain-2-execs", [&] { return capture_branches(stream, 1); }, 2);
   add_case("fork-join-4-branches", [&] { return capture_branches(stream, 4); }, 1);
   add_case("4-memset-nodes", [&] { return capture_with_memsets(stream, scratch.data()); }, 1);
-  add_case("switch-45x40", [&] {
-    return build_large_switch(stream, static_cast<const int*>(value.data()), 45, 40);
-  }, 1);
+  // Conditional bodies: does the launch grow with the bodies' nodes (the step graph holds ~1000)?
+  for (const auto& [bodies, kernels] : {std::pair{3, 40}, std::pair{15, 40}, std::pair{45, 40}, std::pair{45, 8}}) {
+    add_case("switch-" + std::to_string(bodies) + "x" + std::to_string(kernels), [&, bodies = bodies, kernels = kernels] {
+      return build_large_switch(stream, static_cast<const int*>(value.data()), bodies, kernels);
+    }, 1);
+  }
   for (const Case& c : cases) {
     const LaunchLoad l = measure_launch_load(
         [&](int i) { return c.execs[static_cast<std::size_t>(i)].launch(stream); }, stream,
