@@ -255,10 +255,29 @@ void run_step_benchmarks(Reporter& rep) {
         }
       }
     }
+    // The real step graph launched directly (no staging write before it) on an idle device, with
+    // each step size staged: does its launch grow with the chunks its launches loop over?
+    const graphs::GraphExec direct = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
     for (const int chunks : {1, 4, 16}) {
       BenchStep step;
       make_step(config, chunks, step);
       const graphs::StepInput in{step.requests};
+      {
+        require(ex.run(in));
+        require(ex.run(in));  // both step staging blocks hold this step
+        ex.synchronize();
+        std::vector<double> us;
+        for (int i = 0; i < 45; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          SPG_CUDA_TRY(direct.launch(ex.stream()));
+          const auto t1 = std::chrono::steady_clock::now();
+          SPG_CUDA_TRY(cudaStreamSynchronize(ex.stream()));
+          if (i >= 5) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        }
+        const std::string row = "launch-probe/real/" + program + " step graph, " + std::to_string(chunks) + " chunks staged";
+        rep.add({"executor", row, "graph", "host_launch_us", median(us)});
+        std::printf("  %-56s cudaGraphLaunch idle %.2f us\n", row.c_str(), median(us));
+      }
       std::vector<double> host;
       std::vector<double> launch;
       std::vector<double> staging;
