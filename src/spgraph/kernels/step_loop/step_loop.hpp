@@ -42,8 +42,8 @@ struct StepLoopArgs {
   void* chunk_meta{nullptr};             ///< the device metadata block the layers read
   StatusBlock* status{nullptr};
   /// The staging block's release to the host, by tail after the whole step (all null: no release).
-  /// After the step rather than after its last read: a graph with conditional nodes relaunched
-  /// while its previous launch still runs costs the host that launch's remaining time.
+  /// After the step rather than after its last read: relaunching a step graph whose previous
+  /// launch still runs cost the host more (docs/benchmark_history.md, "The host cost of a launch").
   StagingRelease release{};
 };
 
