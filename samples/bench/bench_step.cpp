@@ -258,6 +258,7 @@ void run_step_benchmarks(Reporter& rep) {
     // The real step graph launched directly (no staging write before it) on an idle device, with
     // each step size staged: does its launch grow with the chunks its launches loop over?
     const graphs::GraphExec direct = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
+    const graphs::GraphExec direct_other = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
     for (const int chunks : {1, 4, 16}) {
       BenchStep step;
       make_step(config, chunks, step);
@@ -277,6 +278,31 @@ void run_step_benchmarks(Reporter& rep) {
         const std::string row = "launch-probe/real/" + program + " step graph, " + std::to_string(chunks) + " chunks staged";
         rep.add({"executor", row, "graph", "host_launch_us", median(us)});
         std::printf("  %-56s cudaGraphLaunch idle %.2f us\n", row.c_str(), median(us));
+        // Relaunching the step graph while its previous launch runs (half-way, ~20 us before its
+        // end) or after it, against launching another exec of the same graph at the same moment.
+        std::vector<double> gpu;
+        for (int i = 0; i < 5; ++i) gpu.push_back(gpu_us(ex, a, b, [&] { SPG_CUDA_TRY(direct.launch(ex.stream())); }));
+        const double t_step = median(gpu);
+        for (const auto& [when, offset] : {std::pair{"half-way", t_step / 2}, std::pair{"near-end", t_step - 20.0},
+                                           std::pair{"after-end", t_step + 200.0}}) {
+          for (const bool same : {true, false}) {
+            std::vector<double> re;
+            for (int i = 0; i < 12; ++i) {
+              const auto t0 = std::chrono::steady_clock::now();
+              SPG_CUDA_TRY(direct.launch(ex.stream()));
+              while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() < offset) {
+              }
+              const auto t1 = std::chrono::steady_clock::now();
+              SPG_CUDA_TRY((same ? direct : direct_other).launch(ex.stream()));
+              const auto t2 = std::chrono::steady_clock::now();
+              SPG_CUDA_TRY(cudaStreamSynchronize(ex.stream()));
+              if (i >= 2) re.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+            }
+            const std::string rrow = row + ", relaunch " + when + (same ? "" : " (other exec)");
+            rep.add({"executor", rrow, "graph", "host_launch_us", median(re)});
+            std::printf("  %-80s cudaGraphLaunch %.2f us\n", rrow.c_str(), median(re));
+          }
+        }
       }
       std::vector<double> host;
       std::vector<double> launch;
