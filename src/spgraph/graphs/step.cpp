@@ -21,7 +21,7 @@ StepSplit refuse(RunStatus status, int request, const char* field, const char* r
 }
 
 /// Records into `graph` by stream capture (the graph may already hold nodes; the capture starts
-/// from none of them). The capture is ended on every path.
+/// after `after`, or from none of them). The capture is ended on every path.
 template <class Record>
 void capture_into(cudaGraph_t graph, cudaStream_t stream, Record&& record, const cudaGraphNode_t* after = nullptr) {
   SPG_CUDA_TRY(cudaStreamBeginCaptureToGraph(stream, graph, after, nullptr, after != nullptr ? 1 : 0,

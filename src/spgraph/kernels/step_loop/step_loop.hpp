@@ -1,4 +1,4 @@
-// Step loop: the three small kernels that let one graph launch run a whole step of chunks
+// Step loop: the four small kernels that let one graph launch run a whole step of chunks
 // (docs/graphs.md, "Steps"). The step graph is
 //
 //   head -> WHILE(loop) { next -> SWITCH(select) { bucket b: chunk stage-in -> the layers' stages } } -> tail
