@@ -171,7 +171,7 @@ class RunResult:
         """Host microseconds in cudaGraphLaunch or the eager launches (time_host_phases=True only)."""
     @property
     def record_us(self) -> float:
-        """Host microseconds recording the staging block's event (time_host_phases=True only)."""
+        """Host microseconds in events: ordering after a stream change, and the event after a launch on a caller's stream (about 0 on the executor's own stream; time_host_phases=True only)."""
     def raise_for_status(self) -> None:
         """Raises spgraph.RunError unless the step ran."""
     def __bool__(self) -> bool: ...

@@ -351,7 +351,8 @@ void bind_executor(nb::module_& m) {
       .def_prop_ro("launch_us", [](const StepResult& s) { return s.r.phases.launch_us; },
                    "Host microseconds in cudaGraphLaunch or the eager launches (time_host_phases=True only).")
       .def_prop_ro("record_us", [](const StepResult& s) { return s.r.phases.record_us; },
-                   "Host microseconds recording the staging block's event (time_host_phases=True only).")
+                   "Host microseconds in events: ordering after a stream change, and the event after a launch on "
+                   "a caller's stream (about 0 on the executor's own stream; time_host_phases=True only).")
       .def("raise_for_status", [](const StepResult& s) { if (!s.r.ok()) raise_run_error(s); },
            "Raises spgraph.RunError unless the step ran.")
       .def("__bool__", [](const StepResult& s) { return s.r.ok(); })

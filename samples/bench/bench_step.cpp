@@ -1,8 +1,10 @@
 // Table D (steps): see bench_step.hpp.
 #include "samples/bench/bench_step.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "spgraph/graphs/executor.hpp"
 #include "spgraph/graphs/step.hpp"
 #include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
+#include "samples/bench/probes.hpp"
 #include "samples/serve_loop_verify.hpp"
 
 namespace spg::bench {
@@ -110,6 +113,91 @@ double gpu_us(graphs::Executor& ex, core::Event& a, core::Event& b, Launch&& lau
   return 1000.0 * b.elapsed_ms_since(a);
 }
 
+
+/// Node and edge structure of one graph level: node counts by type, edges (programmatic ones
+/// apart), the widest fan-out and fan-in (a fork or a join when above 1).
+std::string describe_graph(cudaGraph_t g) {
+  std::size_t n = 0;
+  SPG_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  SPG_CUDA_TRY(cudaGraphGetNodes(g, nodes.data(), &n));
+  std::map<int, int> types;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t{};
+    SPG_CUDA_TRY(cudaGraphNodeGetType(node, &t));
+    ++types[static_cast<int>(t)];
+  }
+  std::size_t e = 0;
+  SPG_CUDA_TRY(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &e));
+  std::vector<cudaGraphNode_t> from(e);
+  std::vector<cudaGraphNode_t> to(e);
+  std::vector<cudaGraphEdgeData> data(e);
+  if (e > 0) SPG_CUDA_TRY(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &e));
+  std::map<cudaGraphNode_t, int> out_degree;
+  std::map<cudaGraphNode_t, int> in_degree;
+  int programmatic = 0;
+  for (std::size_t i = 0; i < e; ++i) {
+    ++out_degree[from[i]];
+    ++in_degree[to[i]];
+    programmatic += data[i].type == cudaGraphDependencyTypeProgrammatic ? 1 : 0;
+  }
+  int fan_out = 0;
+  int fan_in = 0;
+  for (const auto& [node, d] : out_degree) fan_out = std::max(fan_out, d);
+  for (const auto& [node, d] : in_degree) fan_in = std::max(fan_in, d);
+  std::string text = std::to_string(n) + " nodes (";
+  for (const auto& [t, count] : types) {
+    const char* name = t == cudaGraphNodeTypeKernel        ? "kernel"
+                       : t == cudaGraphNodeTypeMemcpy      ? "memcpy"
+                       : t == cudaGraphNodeTypeMemset      ? "memset"
+                       : t == cudaGraphNodeTypeConditional ? "conditional"
+                       : t == cudaGraphNodeTypeEventRecord ? "event-record"
+                       : t == cudaGraphNodeTypeWaitEvent   ? "event-wait"
+                                                           : "other";
+    text += std::to_string(count) + " " + name + ", ";
+  }
+  text.resize(text.size() - 2);
+  text += "), " + std::to_string(e) + " edges (" + std::to_string(programmatic) + " programmatic), fan-out " +
+          std::to_string(fan_out) + ", fan-in " + std::to_string(fan_in);
+  return text;
+}
+
+/// Host time of ex.run(in) and its phases, medians: idle (synchronized after each) and busy (two
+/// launches behind a 2 ms spin, which is as far as the staging blocks let the host run ahead).
+template <class Input>
+void time_runs(graphs::Executor& ex, const Input& in, const std::string& name, const char* variant, Reporter& rep) {
+  for (const bool busy : {false, true}) {
+    std::vector<double> host;
+    std::vector<double> launch;
+    std::vector<double> staging;
+    std::vector<double> order;
+    for (int i = 0; i < 35; ++i) {  // 60 launches after 10
+      if (busy) SPG_CUDA_TRY(launch_spin_kernel(2'000'000ULL, ex.stream()));
+      for (int j = 0; j < 2; ++j) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const graphs::RunResult r = ex.run(in);
+        const auto t1 = std::chrono::steady_clock::now();
+        require(r);
+        if (!busy) ex.synchronize();
+        if (i < 5) continue;
+        host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() - r.waited_us);
+        launch.push_back(r.phases.launch_us);
+        staging.push_back(r.phases.staging_us);
+        order.push_back(r.phases.record_us);
+      }
+      ex.synchronize();
+    }
+    const std::string row = name + (busy ? "/busy" : "/idle");
+    auto add = [&](const char* metric, double v) { rep.add({"executor", row, variant, metric, v}); };
+    add("host_us", median(host));
+    add("host_launch_us", median(launch));
+    add("host_staging_us", median(staging));
+    add("host_record_us", median(order));
+    std::printf("  %-34s host %.2f us (staging %.2f, cudaGraphLaunch %.2f, other %.2f)\n", row.c_str(), median(host),
+                median(staging), median(launch), median(host) - median(staging) - median(launch));
+  }
+}
+
 }  // namespace
 
 void run_step_benchmarks(Reporter& rep) {
@@ -128,10 +216,95 @@ void run_step_benchmarks(Reporter& rep) {
     graphs::StepSplitter splitter(config, ex.step_layout());
     core::Event a;
     core::Event b;
+    {
+      const int last = ex.buckets().size() - 1;
+      const graphs::Graph chunk_graph = ex.record_graph(0, last, 0);
+      std::printf("  structure, %s chunk graph (largest bucket): %s\n", program.c_str(),
+                  describe_graph(chunk_graph.get()).c_str());
+      const graphs::StepGraph sg = ex.record_step_graph(0, 0);
+      std::printf("  structure, %s step graph: top %s; loop body %s; largest bucket body %s\n", program.c_str(),
+                  describe_graph(sg.graph.get()).c_str(), describe_graph(sg.loop_body).c_str(),
+                  describe_graph(sg.bucket_bodies.back()).c_str());
+      // One chunk (4 requests of 64 tokens) through run(chunk): the per-chunk graphs' launch.
+      BenchStep one;
+      make_step(config, 1, one);
+      const graphs::StepInput in{one.requests};
+      (void)splitter.split(in);
+      time_runs(ex, splitter.chunk(0), "chunk/" + program + "/1 chunk", "spgraph-graph", rep);
+      require(ex.run(in));  // both staging blocks hold a valid one-chunk step for the direct launches
+      require(ex.run(in));
+      ex.synchronize();
+      // The real graphs launched directly (no executor host path): one exec relaunched while its
+      // last launch is queued, against two alternating, idle and busy.
+      // A graph with conditional nodes instantiates once: each step exec from its own recording.
+      const graphs::Graph chunk_graph_2 = ex.record_graph(0, last, 0);
+      const graphs::Graph step_graphs[2] = {ex.record_step_graph(0, 0).graph, ex.record_step_graph(0, 0).graph};
+      const graphs::Graph* graphs_of[2][2] = {{&chunk_graph, &chunk_graph_2}, {&step_graphs[0], &step_graphs[1]}};
+      const char* names[] = {"chunk graph", "step graph"};
+      for (int g = 0; g < 2; ++g) {
+        graphs::GraphExec execs[2] = {graphs::GraphExec::instantiate(*graphs_of[g][0], ex.stream()),
+                                      graphs::GraphExec::instantiate(*graphs_of[g][1], ex.stream())};
+        for (const int n : {1, 2}) {
+          const LaunchLoad l = measure_launch_load(
+              [&](int i) { return execs[i].launch(ex.stream()); }, ex.stream(), n);
+          const std::string row = "launch-probe/real/" + program + " " + names[g] + (n == 1 ? "" : ", 2 execs");
+          rep.add({"executor", row, "graph", "host_launch_us_idle", l.idle_us});
+          rep.add({"executor", row, "graph", "host_launch_us_busy", l.busy_us});
+          rep.add({"executor", row, "graph", "host_launch_us_after_launch", l.running_us});
+          std::printf("  %-48s cudaGraphLaunch idle %.2f us, busy %.2f us, right after a launch %.2f us\n", row.c_str(),
+                      l.idle_us, l.busy_us, l.running_us);
+        }
+      }
+    }
+    // The real step graph launched directly (no staging write before it) on an idle device, with
+    // each step size staged: does its launch grow with the chunks its launches loop over?
+    const graphs::GraphExec direct = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
+    const graphs::GraphExec direct_other = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
     for (const int chunks : {1, 4, 16}) {
       BenchStep step;
       make_step(config, chunks, step);
       const graphs::StepInput in{step.requests};
+      {
+        require(ex.run(in));
+        require(ex.run(in));  // both step staging blocks hold this step
+        ex.synchronize();
+        std::vector<double> us;
+        for (int i = 0; i < 45; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          SPG_CUDA_TRY(direct.launch(ex.stream()));
+          const auto t1 = std::chrono::steady_clock::now();
+          SPG_CUDA_TRY(cudaStreamSynchronize(ex.stream()));
+          if (i >= 5) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        }
+        const std::string row = "launch-probe/real/" + program + " step graph, " + std::to_string(chunks) + " chunks staged";
+        rep.add({"executor", row, "graph", "host_launch_us", median(us)});
+        std::printf("  %-56s cudaGraphLaunch idle %.2f us\n", row.c_str(), median(us));
+        // Relaunching the step graph while its previous launch runs (half-way, ~20 us before its
+        // end) or after it, against launching another exec of the same graph at the same moment.
+        std::vector<double> gpu;
+        for (int i = 0; i < 5; ++i) gpu.push_back(gpu_us(ex, a, b, [&] { SPG_CUDA_TRY(direct.launch(ex.stream())); }));
+        const double t_step = median(gpu);
+        for (const auto& [when, offset] : {std::pair{"half-way", t_step / 2}, std::pair{"near-end", t_step - 20.0},
+                                           std::pair{"after-end", t_step + 200.0}}) {
+          for (const bool same : {true, false}) {
+            std::vector<double> re;
+            for (int i = 0; i < 12; ++i) {
+              const auto t0 = std::chrono::steady_clock::now();
+              SPG_CUDA_TRY(direct.launch(ex.stream()));
+              while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() < offset) {
+              }
+              const auto t1 = std::chrono::steady_clock::now();
+              SPG_CUDA_TRY((same ? direct : direct_other).launch(ex.stream()));
+              const auto t2 = std::chrono::steady_clock::now();
+              SPG_CUDA_TRY(cudaStreamSynchronize(ex.stream()));
+              if (i >= 2) re.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+            }
+            const std::string rrow = row + ", relaunch " + when + (same ? "" : " (other exec)");
+            rep.add({"executor", rrow, "graph", "host_launch_us", median(re)});
+            std::printf("  %-80s cudaGraphLaunch %.2f us\n", rrow.c_str(), median(re));
+          }
+        }
+      }
       std::vector<double> host;
       std::vector<double> launch;
       std::vector<double> staging;
@@ -146,6 +319,7 @@ void run_step_benchmarks(Reporter& rep) {
         launch.push_back(r.phases.launch_us);
         staging.push_back(r.phases.staging_us);
       }
+      time_runs(ex, in, "step/" + program + "/" + std::to_string(chunks) + " chunks", "spgraph-step", rep);
       std::vector<double> step_gpu;
       std::vector<double> eager_gpu;
       std::vector<double> chunks_gpu;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -257,6 +258,185 @@ void run_cupti_probe(Reporter& rep, cudaStream_t stream) {
   counter->detach();
 }
 
+// ---- the load probe: the same graphs launched on an idle device and with the device behind ----
+
+__global__ void spin_kernel(unsigned long long ns) {
+  unsigned long long t0 = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
+    unsigned long long t = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 >= ns) break;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_spin_kernel(unsigned long long ns, cudaStream_t stream) noexcept {
+  spin_kernel<<<1, 1, 0, stream>>>(ns);
+  return cudaGetLastError();
+}
+
+LaunchLoad measure_launch_load(const std::function<cudaError_t(int)>& launch, cudaStream_t stream, int execs) {
+  LaunchLoad out;
+  std::vector<double> idle;
+  std::vector<double> busy;
+  for (int i = 0; i < 120; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(launch(i % execs));
+    const auto t1 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+    if (i >= 20) idle.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  // Behind a 3 ms spin, 10 rounds of 16 launches back to back: every launch finds the device busy
+  // and the launches before it still queued.
+  for (int round = 0; round < 11; ++round) {
+    SPG_CUDA_TRY(launch_spin_kernel(3'000'000ULL, stream));
+    for (int i = 0; i < 16; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      SPG_CUDA_TRY(launch(i % execs));
+      const auto t1 = std::chrono::steady_clock::now();
+      if (round > 0) busy.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+  }
+  std::vector<double> running;
+  for (int i = 0; i < 45; ++i) {
+    SPG_CUDA_TRY(launch(0));
+    const auto t0 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(launch(execs > 1 ? 1 : 0));
+    const auto t1 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+    if (i >= 5) running.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  out.idle_us = median(idle);
+  out.busy_us = median(busy);
+  out.running_us = median(running);
+  return out;
+}
+
+namespace {
+
+/// A graph of 40 empty kernels in `branches` parallel chains (1: a straight chain), forked from
+/// and joined into the stream with events during the capture.
+graphs::Graph capture_branches(cudaStream_t stream, int branches) {
+  std::vector<core::Stream> side(static_cast<std::size_t>(branches > 1 ? branches - 1 : 0));
+  std::vector<core::Event> fork;
+  std::vector<core::Event> join;
+  for (int b = 0; b < branches; ++b) {
+    fork.emplace_back(false);
+    join.emplace_back(false);
+  }
+  graphs::CaptureGuard guard(stream);
+  SPG_CUDA_TRY(cudaEventRecord(fork[0].get(), stream));
+  for (int b = 1; b < branches; ++b) {
+    cudaStream_t s = side[static_cast<std::size_t>(b - 1)].get();
+    SPG_CUDA_TRY(cudaStreamWaitEvent(s, fork[0].get(), 0));
+    for (int k = 0; k < 40 / branches; ++k) empty_kernel<<<1, 32, 0, s>>>(nullptr);
+    SPG_CUDA_TRY(cudaEventRecord(join[static_cast<std::size_t>(b)].get(), s));
+  }
+  for (int k = 0; k < 40 - (branches - 1) * (40 / branches); ++k) empty_kernel<<<1, 32, 0, stream>>>(nullptr);
+  for (int b = 1; b < branches; ++b) SPG_CUDA_TRY(cudaStreamWaitEvent(stream, join[static_cast<std::size_t>(b)].get(), 0));
+  SPG_CUDA_TRY(cudaGetLastError());
+  return guard.finish();
+}
+
+/// 36 empty kernels with a 4 KiB memset node after every ninth.
+graphs::Graph capture_with_memsets(cudaStream_t stream, void* buffer) {
+  graphs::CaptureGuard guard(stream);
+  for (int k = 0; k < 36; ++k) {
+    empty_kernel<<<1, 32, 0, stream>>>(nullptr);
+    if (k % 9 == 8) SPG_CUDA_TRY(cudaMemsetAsync(buffer, 0, 4096, stream));
+  }
+  SPG_CUDA_TRY(cudaGetLastError());
+  return guard.finish();
+}
+
+/// [selector] -> SWITCH over `bodies` bodies of `kernels` empty kernels each (body 0 runs): a
+/// conditional node as large as the step graph's.
+graphs::Graph build_large_switch(cudaStream_t stream, const int* value, int bodies, int kernels) {
+  cudaGraph_t raw = nullptr;
+  SPG_CUDA_TRY(cudaGraphCreate(&raw, 0));
+  graphs::Graph g(raw);
+  cudaGraphConditionalHandle handle{};
+  SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&handle, raw, 0, 0));
+  void* args[] = {&handle, &value};
+  cudaKernelNodeParams kp{};
+  kp.func = reinterpret_cast<void*>(&set_switch_kernel);
+  kp.gridDim = dim3(1);
+  kp.blockDim = dim3(1);
+  kp.kernelParams = args;
+  cudaGraphNode_t selector = nullptr;
+  SPG_CUDA_TRY(cudaGraphAddKernelNode(&selector, raw, nullptr, 0, &kp));
+  cudaGraphNodeParams cp{};
+  cp.type = cudaGraphNodeTypeConditional;
+  cp.conditional.handle = handle;
+  cp.conditional.type = cudaGraphCondTypeSwitch;
+  cp.conditional.size = static_cast<unsigned>(bodies);
+  cudaGraphNode_t sw = nullptr;
+  SPG_CUDA_TRY(cudaGraphAddNode(&sw, raw, &selector, nullptr, 1, &cp));
+  for (int b = 0; b < bodies; ++b) {
+    SPG_CUDA_TRY(cudaStreamBeginCaptureToGraph(stream, cp.conditional.phGraph_out[b], nullptr, nullptr, 0,
+                                               cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < kernels; ++k) empty_kernel<<<1, 32, 0, stream>>>(nullptr);
+    cudaGraph_t body = nullptr;
+    SPG_CUDA_TRY(cudaStreamEndCapture(stream, &body));
+  }
+  return g;
+}
+
+/// cudaGraphLaunch host cost, idle against busy, of graphs that add one property at a time to
+/// the plain 40-kernel chain: parallel branches, memset nodes, a large conditional node, and the
+/// relaunch of an exec whose previous launch is still queued (one exec) against two alternating.
+void run_load_probe(Reporter& rep, cudaStream_t stream) {
+  core::DeviceBuffer scratch(4096);
+  core::DeviceBuffer value(4);
+  SPG_CUDA_TRY(cudaMemsetAsync(value.data(), 0, 4, stream));
+  core::Event ev(false);
+  struct Case {
+    std::string name;
+    std::vector<graphs::GraphExec> execs;
+  };
+  std::vector<Case> cases;
+  auto add_case = [&](const std::string& name, const std::function<graphs::Graph()>& make, int copies) {
+    Case c{name, {}};
+    for (int i = 0; i < copies; ++i) c.execs.push_back(graphs::GraphExec::instantiate(make(), stream));
+    cases.push_back(std::move(c));
+  };
+  add_case("plain-chain", [&] { return capture_branches(stream, 1); }, 1);
+  add_case("plain-chain-2-execs", [&] { return capture_branches(stream, 1); }, 2);
+  add_case("fork-join-4-branches", [&] { return capture_branches(stream, 4); }, 1);
+  add_case("4-memset-nodes", [&] { return capture_with_memsets(stream, scratch.data()); }, 1);
+  // Conditional bodies: does the launch grow with the bodies' nodes (the step graph holds ~1000)?
+  for (const auto& [bodies, kernels] : {std::pair{3, 40}, std::pair{15, 40}, std::pair{45, 40}, std::pair{45, 8}}) {
+    add_case("switch-" + std::to_string(bodies) + "x" + std::to_string(kernels), [&, bodies = bodies, kernels = kernels] {
+      return build_large_switch(stream, static_cast<const int*>(value.data()), bodies, kernels);
+    }, 1);
+  }
+  for (const Case& c : cases) {
+    const LaunchLoad l = measure_launch_load(
+        [&](int i) { return c.execs[static_cast<std::size_t>(i)].launch(stream); }, stream,
+        static_cast<int>(c.execs.size()));
+    rep.add({"executor", "launch-probe/load/" + c.name, "graph", "host_launch_us_idle", l.idle_us});
+    rep.add({"executor", "launch-probe/load/" + c.name, "graph", "host_launch_us_busy", l.busy_us});
+    rep.add({"executor", "launch-probe/load/" + c.name, "graph", "host_launch_us_after_launch", l.running_us});
+    std::printf("  launch-probe load %-24s cudaGraphLaunch idle %.2f us, busy %.2f us, right after a launch %.2f us\n",
+                c.name.c_str(), l.idle_us, l.busy_us, l.running_us);
+  }
+  // The per-launch event record the executor made before (after every launch): idle and busy.
+  const graphs::GraphExec& plain = cases[0].execs[0];
+  const LaunchLoad rec = measure_launch_load(
+      [&](int) {
+        const cudaError_t e = plain.launch(stream);
+        return e == cudaSuccess ? cudaEventRecord(ev.get(), stream) : e;
+      },
+      stream, 1);
+  rep.add({"executor", "launch-probe/load/plain-chain+event-record", "graph", "host_launch_us_idle", rec.idle_us});
+  rep.add({"executor", "launch-probe/load/plain-chain+event-record", "graph", "host_launch_us_busy", rec.busy_us});
+  std::printf("  launch-probe load %-24s launch + cudaEventRecord idle %.2f us, busy %.2f us\n", "plain-chain", rec.idle_us,
+              rec.busy_us);
+}
+
 /// The gather's traffic without its indirection: each warp reads a 576-byte row and writes a
 /// 1024-byte row (36% read, 64% written), four rows in flight, rows dealt round-robin.
 __global__ void __launch_bounds__(256) stream_rows_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
@@ -361,6 +541,7 @@ void run_launch_probe(Reporter& rep) {
   }
   run_indirect_launch_probe(rep, stream.get());
   run_property_probe(rep, stream.get());
+  run_load_probe(rep, stream.get());
   run_cupti_probe(rep, stream.get());
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <functional>
 
 #include "samples/bench/report.hpp"
 
@@ -14,8 +15,25 @@ namespace spg::bench {
 /// Records suite "executor", name "launch-probe/<lead>/<K> kernels", metrics host_launch_us and
 /// host_record_us (medians of single launches on an idle device).
 /// Straight-line graphs of K empty kernels, led by nothing, by a pinned-to-device copy node, or
-/// by a kernel that reads the pinned block itself.
+/// by a kernel that reads the pinned block itself; then the property probes (idle device), and
+/// the load probe ("launch-probe/load/...": idle against busy, one property at a time).
 void run_launch_probe(Reporter& reporter);
+
+/// Launches one thread that spins for `ns` nanoseconds (the device's global timer): keeps the
+/// device busy so that launches behind it queue.
+cudaError_t launch_spin_kernel(unsigned long long ns, cudaStream_t stream) noexcept;
+
+/// @brief Host microseconds of one launch, medians: on an idle device (synchronized after each),
+///        busy (16 launches back to back behind a 3 ms spin, the device behind the host), and
+///        right after a launch of exec 0 on an idle device (exec 0 again with one exec, so its
+///        previous launch is running; exec 1 with two).
+struct LaunchLoad {
+  double idle_us{0};
+  double busy_us{0};
+  double running_us{0};
+};
+/// Times `launch(i)` (i cycles over [0, execs)) idle, then busy, on `stream`. @throws CudaError.
+LaunchLoad measure_launch_load(const std::function<cudaError_t(int)>& launch, cudaStream_t stream, int execs);
 
 /// Launches a kernel that reads `rows` rows of 576 bytes from `src` and writes `rows` rows of 1024
 /// bytes to `dst`: the gather's read/write mix with no indirection and no conversion.

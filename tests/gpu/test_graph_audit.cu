@@ -36,6 +36,7 @@
 #include "spgraph/kernels/kv_cache/kv_cache.hpp"
 #include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 #include "spgraph/kernels/sparse_mla/sparse_mla_device.cuh"
+#include "spgraph/kernels/stage_in/stage_in.hpp"
 #include "spgraph/kernels/step_status.hpp"
 
 // The parameter structs live beside their kernels, and those kernels are non-template __global__
@@ -251,7 +252,7 @@ void add_chunk(const kernels::ChunkArrays& c, std::int64_t requests, bool needs_
 }
 
 /// The ranges of every pointer argument of kernel `id`, from its parameter layout: the stage-in
-/// takes (staging, meta, vectors, status block) (stage_in.cu); the insert, gather and combine kernels
+/// takes (staging, meta, vectors, status block, staging release) (stage_in.cu); the insert, gather and combine kernels
 /// one parameter struct; the wgmma kernel SparseMlaParams then out's CUtensorMap (checked apart,
 /// check_out_map); the mma.sync kernel SparseMlaParams; the merge kernel SparseMlaMergeParams.
 DecodedNode decode(const KernelId& id, void* const* kp, const dim3& grid) {
@@ -263,7 +264,11 @@ DecodedNode decode(const KernelId& id, void* const* kp, const dim3& grid) {
       const auto* meta = arg<uint4*>(kp, 1);
       const int vectors = arg<int>(kp, 2);
       const auto* status = arg<kernels::StatusBlock*>(kp, 3);  // the step's counters and the run's totals
+      const auto release = arg<kernels::StagingRelease>(kp, 4);  // the executor's: pinned words, device counter
       r.push_back(arg_range("staging", staging, vectors, true, Home::staging));
+      r.push_back(arg_range("release.sequence", release.sequence, 1, true, Home::staging));
+      r.push_back(arg_range("release.released", release.released, 1, true, Home::staging));
+      r.push_back(arg_range("release.arrivals", release.arrivals, 1));
       r.push_back(arg_range("meta", meta, vectors));
       r.push_back(arg_range("status", status, 1));
       n.status = reinterpret_cast<std::uintptr_t>(status);
@@ -696,7 +701,8 @@ TEST_CASE("every kernel node of every captured graph stays inside the pool, and 
   const AuditTally tally = audit_executor(ex, true, allowed);
   CHECK(tally.graphs == 2 * 2 * ex.buckets().size());
   CHECK(tally.hits[0] > 0);
-  CHECK(tally.hits[1] == tally.graphs);  // the pinned memory: only each stage-in's staging block
+  // The pinned memory: only each stage-in's staging block and its two release words.
+  CHECK(tally.hits[1] == 3 * tally.graphs);
 }
 
 TEST_CASE("with caller-bound buffers every kernel node stays inside the pool or a bound buffer, and uses each one",

@@ -384,12 +384,12 @@ TEST_CASE("a chunk metadata block larger than one CTA's copy: next stages every 
   CHECK(ex.read_run_faults().total() == 0);
 }
 
-TEST_CASE("the step graph holds head, WHILE, next, SWITCH and one body of layers per bucket", "[gpu][step]") {
+TEST_CASE("the step graph holds head, WHILE, tail, next, SWITCH and one body of layers per bucket", "[gpu][step]") {
   graphs::Executor ex(step_program(), step_options());
   ex.warmup();
   for (int p = 0; p < ex.programs(); ++p) {
     std::vector<const graphs::Pipeline*> bodies;
-    std::size_t want = 4;
+    std::size_t want = 5;
     for (int b = 0; b < ex.buckets().size(); ++b) {
       const graphs::Pipeline& body = ex.step_body(p, b);
       CHECK(body.step_rows());
@@ -400,7 +400,7 @@ TEST_CASE("the step graph holds head, WHILE, next, SWITCH and one body of layers
     }
     for (int s = 0; s < 2; ++s) {
       const graphs::StepGraph g = ex.record_step_graph(p, s);
-      CHECK(g.graph.node_count() == 2);
+      CHECK(g.graph.node_count() == 3);
       std::size_t loop_nodes = 0;
       REQUIRE(cudaGraphGetNodes(g.loop_body, nullptr, &loop_nodes) == cudaSuccess);
       CHECK(loop_nodes == 2);

@@ -134,7 +134,7 @@ def test_plan_without_a_gpu_gives_the_documented_pools():
     own = spgraph.plan(c, True)
     assert own.device_bytes == 85_499_904
     assert {s["name"] for s in own.slots} == {"chunk_meta", "step_status", "kv_workspace", "combined_indices",
-                                              "combined_lens", "staging0", "staging1"}
+                                              "combined_lens", "staging0", "staging1", "staging_release"}
     assert "layer0.q" in {s["name"] for s in pooled.slots} and str(own) == own.table
     assert "total device: 85499904 B (81.54 MiB)" in own.table
     no_insert = {s["name"] for s in spgraph.plan(c, insert=False).slots}

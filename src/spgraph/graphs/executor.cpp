@@ -2,8 +2,12 @@
 #include "spgraph/graphs/executor.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
 
 #include "spgraph/core/error.hpp"
 #include "spgraph/graphs/detail/trace.hpp"
@@ -83,6 +87,18 @@ DeviceView<T, Rank> slot_view(const memory::BufferPool& pool, const std::string&
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Whether a release word holding `released` covers sequence number `need` (wrap-safe: the
+/// executor's sequence numbers are never 2^31 apart among launches in flight).
+bool covers(std::uint32_t released, std::uint32_t need) noexcept {
+  return static_cast<std::int32_t>(released - need) >= 0;
+}
+
+void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(_M_X64)
+  _mm_pause();
+#endif
 }
 
 }  // namespace
@@ -178,7 +194,7 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
       program_ratios_(std::move(plan.program_ratios)),
       pool_(checked_pool(config_, options_, programs_, buckets_, std::move(plan.pool))),
       encoder_(config_, options_.insert),
-      staged_{core::Event(false), core::Event(false)},
+      order_(false),
       step_layout_(plan.step) {
   ExecutorViews views = executor_views(config_, options_, pool_);
   views_ = std::move(views.layers);
@@ -220,6 +236,8 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
     staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStaging[s], meta_bytes));
     std::memset(staging_[s], 0, meta_bytes);
   }
+  release_words_ = reinterpret_cast<std::uint32_t*>(pool_.bytes(slots::kStagingRelease, kStagingReleaseBytes));
+  std::memset(release_words_, 0, kStagingReleaseBytes);
   if (step_layout_.max_chunks > 0) {
     step_state_ = reinterpret_cast<std::int32_t*>(
         pool_.bytes(slots::kStepState, static_cast<std::size_t>(step_layout_.header_words) * 4));
@@ -244,16 +262,30 @@ void Executor::check_options(const model::PipelineConfig& config, const Executor
 }
 
 Executor::~Executor() {
-  // Graphs and the pool must not be torn down under running work, on whichever stream it runs.
-  for (int s = 0; s < 2; ++s) {
-    if (staged_pending_[s]) core::detail::report_release_failure("executor step", cudaEventSynchronize(staged_[s].get()));
+  // Graphs and the pool must not be torn down under running work, on whichever stream it runs:
+  // every launch is ordered before the last one, which order_ marks when it ran on a caller's stream.
+  if (steps_ > 0 && last_stream_ != stream_.get()) {
+    core::detail::report_release_failure("executor step", cudaEventSynchronize(order_.get()));
   }
   core::detail::report_release_failure("executor stream work", cudaStreamSynchronize(stream_.get()));
 }
 
+static_assert(kStagingReleaseBytes == 2 * sizeof(std::uint32_t) * 4, "two words per staging block");
+
+kernels::StagingRelease Executor::staging_release(int block) const noexcept {
+  kernels::StagingRelease r;
+  r.sequence = release_words_ + block;
+  r.released = release_words_ + kStagingBlocks + block;
+  r.arrivals = status_->staging_arrivals + block;
+  return r;
+}
+
 PipelineBuffers Executor::pipeline_buffers() const noexcept {
   PipelineBuffers b;
-  for (int s = 0; s < 2; ++s) b.staging[s] = reinterpret_cast<const std::byte*>(staging_[s]);
+  for (int s = 0; s < 2; ++s) {
+    b.staging[s] = reinterpret_cast<const std::byte*>(staging_[s]);
+    b.release[s] = staging_release(s);
+  }
   b.chunk_meta = chunk_meta_;
   b.status = status_;
   b.workspace = workspace_;
@@ -427,55 +459,77 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
   return result;
 }
 
-bool Executor::acquire_staging(int s, RunResult& result) noexcept {
-  // The staging hazard: block s was last read by the launch two steps ago. Its event is recorded
-  // after that whole launch, so the host waits only when it is two full steps ahead of the device.
-  // Chunk and step launches share the count and the events: each launch is ordered after the one
-  // before, so block s of either kind is free once the event of the last launch of parity s is.
-  if (!staged_pending_[s]) return true;
+bool Executor::acquire_staging(int block, RunResult& result) noexcept {
+  // The staging hazard (docs/graphs.md): the kernel that reads a staging block last in a launch
+  // stores the launch's sequence number into the block's release word once its reads have
+  // returned. The block is free when that word covers the last launch that read it; the host
+  // waits only when the device has not got that far, and never calls CUDA on the way through.
+  const std::atomic_ref<std::uint32_t> released(release_words_[kStagingBlocks + block]);
+  const std::uint32_t need = issued_[block];
+  if (covers(released.load(std::memory_order_acquire), need)) return true;
   using Clock = std::chrono::steady_clock;
-  cudaError_t q = cudaEventQuery(staged_[s].get());
-  if (q == cudaErrorNotReady) {
-    ++host_waits_;
-    const auto w0 = Clock::now();
-    q = cudaEventSynchronize(staged_[s].get());
-    result.waited_us = std::chrono::duration<double, std::micro>(Clock::now() - w0).count();
+  ++host_waits_;
+  const auto w0 = Clock::now();
+  for (unsigned spin = 1;; ++spin) {
+    cpu_relax();
+    if (covers(released.load(std::memory_order_acquire), need)) break;
+    // Now and then ask whether everything submitted has finished (every launch is ordered before
+    // the last one): then the block is free whatever the word says, and an error on the way
+    // (a fault that stopped the launch before its release) is reported, not waited on forever.
+    if (spin % 64 == 0) {
+      const cudaError_t q = last_stream_ == stream_.get() ? cudaStreamQuery(stream_.get()) : cudaEventQuery(order_.get());
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) {
+        result.status = RunStatus::cuda_error;
+        result.cuda = q;
+        return false;
+      }
+    }
   }
-  if (q != cudaSuccess) {
-    result.status = RunStatus::cuda_error;
-    result.cuda = q;
-    return false;
-  }
-  staged_pending_[s] = false;
+  result.waited_us = std::chrono::duration<double, std::micro>(Clock::now() - w0).count();
   return true;
 }
 
 template <class Launch>
-void Executor::submit(int s, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept {
+void Executor::submit(int block, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept {
   using Clock = std::chrono::steady_clock;
   const bool timed = options_.time_host_phases;
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
   // Steps share the pool's metadata block and workspaces: a step on another stream than the last
-  // one waits for it on the device.
+  // one waits for it on the device, through order_: recorded after the last launch when that was
+  // on a caller's stream, or now on the executor's own stream (which lives as long as it does).
+  // A launch on the executor's own stream records nothing.
+  const bool own = stream == stream_.get();
   cudaError_t err = cudaSuccess;
-  if (steps_ > 0 && stream != last_stream_) err = cudaStreamWaitEvent(stream, staged_[(steps_ - 1) & 1].get(), 0);
-  if (err == cudaSuccess) err = launch();
+  if (steps_ > 0 && stream != last_stream_) {
+    if (last_stream_ == stream_.get()) err = cudaEventRecord(order_.get(), last_stream_);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(stream, order_.get(), 0);
+  }
   const Clock::time_point t2 = timed ? Clock::now() : Clock::time_point{};
-  if (err == cudaSuccess) err = cudaEventRecord(staged_[s].get(), stream);
+  // The launch's sequence number, read by the device beside the block (the block's previous
+  // readers have released it, so none of them still reads this word).
+  const auto sequence = static_cast<std::uint32_t>(steps_ + 1);
+  std::atomic_ref<std::uint32_t>(release_words_[block]).store(sequence, std::memory_order_release);
+  if (err == cudaSuccess) err = launch();
+  const Clock::time_point t3 = timed ? Clock::now() : Clock::time_point{};
+  // After a launch on a caller's stream the executor never uses that stream again (the caller may
+  // destroy it): the event marks the launch for the next stream change, synchronize() and the
+  // destructor.
+  if (err == cudaSuccess && !own) err = cudaEventRecord(order_.get(), stream);
   if (timed) {
     using Us = std::chrono::duration<double, std::micro>;
-    result.phases.launch_us = Us(t2 - t1).count();
-    result.phases.record_us = Us(Clock::now() - t2).count();
+    result.phases.launch_us = Us(t3 - t2).count();
+    result.phases.record_us = Us(t2 - t1).count() + Us(Clock::now() - t3).count();
   }
   if (err != cudaSuccess) {
-    // Part of the step may be queued and still read staging block s: let it drain before the
+    // Part of the step may be queued and still read the staging block: let it drain before the
     // block can be written again (the error path only).
     (void)cudaStreamSynchronize(stream);
     result.status = RunStatus::cuda_error;
     result.cuda = err;
     return;
   }
-  staged_pending_[s] = true;
+  issued_[block] = sequence;
   last_stream_ = stream;
   ++steps_;
 }
@@ -490,6 +544,7 @@ kernels::StepLoopArgs Executor::step_loop_args(int staging) const noexcept {
   a.step_meta = step_meta_;
   a.chunk_meta = chunk_meta_;
   a.status = status_;
+  a.release = staging_release(2 + (staging & 1));
   return a;
 }
 
@@ -523,7 +578,7 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
     step_buckets_[static_cast<std::size_t>(c)] = bucket;
   }
   const int s = static_cast<int>(steps_ & 1);
-  if (!acquire_staging(s, result)) return result;
+  if (!acquire_staging(2 + s, result)) return result;
   std::int32_t* const block = step_staging_[s];
   ChunkRows rows;  // chunk c's rows follow chunk c - 1's in the step's buffers
   for (int c = 0; c < split.chunks; ++c) {
@@ -535,7 +590,7 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
   block[kernels::StepStateWords::count] = split.chunks;
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
   const std::vector<const Pipeline*>& bodies = bodies_[static_cast<std::size_t>(program)];
-  submit(s, stream, result, [&] {
+  submit(2 + s, stream, result, [&] {
     return graph ? step_execs_[static_cast<std::size_t>(program)][static_cast<std::size_t>(s)].launch(stream)
                  : record_step_eager(step_loop_args(s), bodies,
                                      std::span<const int>(step_buckets_.data(), static_cast<std::size_t>(split.chunks)),
@@ -571,9 +626,7 @@ RunResult Executor::run_eager(const ChunkInput& chunk, int program, cudaStream_t
 }
 
 void Executor::synchronize() const {
-  for (int s = 0; s < 2; ++s) {
-    if (staged_pending_[s]) SPG_CUDA_TRY(cudaEventSynchronize(staged_[s].get()));
-  }
+  if (steps_ > 0 && last_stream_ != stream()) SPG_CUDA_TRY(cudaEventSynchronize(order_.get()));
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
 }
 

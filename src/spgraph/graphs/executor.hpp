@@ -116,7 +116,9 @@ struct RunResult {
   struct Phases {
     double staging_us{0.0};  ///< checking the chunk and filling the staging block (waited_us excluded)
     double launch_us{0.0};   ///< cudaGraphLaunch (or the eager launches)
-    double record_us{0.0};   ///< recording the staging block's release event
+    /// Events: ordering the launch after the last one when the stream changed, and on a caller's
+    /// stream the event recorded after the launch; about 0 on the executor's own stream.
+    double record_us{0.0};
   } phases;
   [[nodiscard]] bool ok() const noexcept { return status == RunStatus::ok; }
 };
@@ -149,7 +151,9 @@ class Executor {
   /// The graph reads q, top-k and the K rows when it runs: the caller's writes of them must be
   /// ordered before it on `stream` (issue them on `stream`, or make `stream` wait on an event).
   /// Steps on different streams are ordered by the executor (each step waits for the one before:
-  /// they share the pool's workspace), and the outputs are ready in `stream`'s order.
+  /// they share the pool's workspace), and the outputs are ready in `stream`'s order. On the
+  /// executor's own stream a launch records no event; on a caller's stream one event after the
+  /// launch, and the executor never touches that stream again (the caller may destroy it).
   [[nodiscard]] RunResult run(const ChunkInput& chunk, int program = 0) noexcept { return run(chunk, program, stream()); }
   [[nodiscard]] RunResult run(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept;
   /// The same recording launched kernel by kernel, for comparison and debugging.
@@ -184,7 +188,8 @@ class Executor {
   [[nodiscard]] StepGraph record_step_graph(int program, int staging) const;
   [[nodiscard]] const StepLayout& step_layout() const noexcept { return step_layout_; }
 
-  /// Waits for every submitted step. @throws CudaError.
+  /// Waits for every submitted step (the last launch, which every launch is ordered before, then
+  /// the executor's own stream). @throws CudaError.
   void synchronize() const;
   /// Copies the last completed step's fault counters to the host (waits for it first).
   [[nodiscard]] kernels::StepStatus read_status() const;
@@ -241,11 +246,14 @@ class Executor {
   [[nodiscard]] RunStatus admit(int program, bool graph, bool ready) const noexcept;
   RunResult launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept;
   RunResult launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept;
-  // The replay path's shared parts: wait until staging block s is free; order the launch after
-  // the last step on another stream, launch, record the block's event and count the step.
-  bool acquire_staging(int s, RunResult& result) noexcept;
+  // The replay path's shared parts (docs/graphs.md, "The staging hazard"): wait until staging
+  // block `block` (0, 1: chunk blocks; 2, 3: step blocks) is released by every launch that read
+  // it; order the launch after the last one when the stream changes, write the block's sequence
+  // number, launch and count the step.
+  bool acquire_staging(int block, RunResult& result) noexcept;
   template <class Launch>
-  void submit(int s, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept;
+  void submit(int block, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept;
+  [[nodiscard]] kernels::StagingRelease staging_release(int block) const noexcept;
   kernels::StepLoopArgs step_loop_args(int staging) const noexcept;
   PipelineBuffers pipeline_buffers() const noexcept;
 
@@ -262,9 +270,15 @@ class Executor {
   kernels::StatusBlock* status_{nullptr};
   std::int32_t* staging_[2]{nullptr, nullptr};  // pinned staging blocks, resolved once (no lookups per step)
   core::Stream stream_;
-  core::Event staged_[2];  // recorded after the launch that read staging block s
-  bool staged_pending_[2]{false, false};
-  cudaStream_t last_stream_{nullptr};  // the stream of the last launched step (its event is staged_[(steps_ - 1) & 1])
+  // The staging release words (pinned, host-mapped): kStagingBlocks sequence numbers the host
+  // writes before a launch, then kStagingBlocks the device writes once the launch has read the block.
+  static constexpr int kStagingBlocks = 4;
+  std::uint32_t* release_words_{nullptr};
+  std::uint32_t issued_[kStagingBlocks]{};  // the sequence number of the last launch that read each block
+  // After each launch on a caller's stream, or on the executor's own stream when the next launch
+  // is on another: what a stream change, synchronize() and the destructor wait for.
+  core::Event order_;
+  cudaStream_t last_stream_{nullptr};  // the stream of the last launched step
   std::vector<Entry> entries_;
   // Steps: the staging blocks, the device step state, the split's scratch, each program's step
   // graphs (one per staging block) and bucket bodies (the pipelines, in bucket order).

@@ -236,13 +236,14 @@ Pipeline::Pipeline(const PipelineConfig& config, const PipelineBuffers& buffers,
   const ChunkMetaLayout meta = ChunkMetaLayout::make(config);
   meta_bytes_ = meta.bytes();
   device_meta_ = reinterpret_cast<std::byte*>(buffers.chunk_meta);
-  for (int s = 0; s < 2; ++s) staging_[s] = buffers.staging[s];
+  for (int s = 0; s < 2; ++s) {
+    staging_[s] = buffers.staging[s];
+    release_[s] = buffers.release[s];
+  }
   status_block_ = buffers.status;
   SPG_EXPECTS(status_block_ != nullptr, "Pipeline: the buffers need a status block");
   status_ = &status_block_->step;
-  for (const std::byte* staging : staging_) {
-    kernels::StageIn::can_implement(staging, device_meta_, meta_bytes_, status_block_);
-  }
+  for (int s = 0; s < 2; ++s) kernels::StageIn::can_implement(staging_[s], device_meta_, meta_bytes_, status_block_, release_[s]);
 
   const StepSources src{buffers.chunk_meta, meta, buffers.workspace, status_, r_bucket, t_bucket, step_rows};
   // Reads of the views below are in-bounds by construction: every view holds at least T (or
@@ -277,7 +278,8 @@ int Pipeline::kernel_launches() const noexcept {
 
 cudaError_t Pipeline::record_stage_in(int staging, cudaStream_t stream) const noexcept {
   const detail::TraceRange range(detail::TracePhase::stage_in);
-  return kernels::StageIn::run(staging_[staging & 1], device_meta_, meta_bytes_, status_block_, stream);
+  return kernels::StageIn::run(staging_[staging & 1], device_meta_, meta_bytes_, status_block_, stream,
+                               release_[staging & 1]);
 }
 
 cudaError_t Pipeline::record_stage(std::size_t layer, Stage s, cudaStream_t stream) const noexcept {

@@ -16,6 +16,7 @@
 #include "spgraph/graphs/layer_buffers.hpp"
 #include "spgraph/kernels/combine_indices/combine_indices.hpp"
 #include "spgraph/kernels/kv_cache/kv_cache.hpp"
+#include "spgraph/kernels/stage_in/stage_in.hpp"
 #include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 #include "spgraph/kernels/step_status.hpp"
 #include "spgraph/model/pipeline_config.hpp"
@@ -33,6 +34,7 @@ inline constexpr Stage kStages[] = {Stage::insert_swa, Stage::insert_compressed,
 ///        every layer's buffers (bound or pooled).
 struct PipelineBuffers {
   const std::byte* staging[2]{nullptr, nullptr};  ///< pinned staging blocks of the metadata
+  kernels::StagingRelease release[2]{};           ///< each staging block's release to the host (none: all null)
   std::int32_t* chunk_meta{nullptr};              ///< the device metadata block
   kernels::StatusBlock* status{nullptr};           ///< the step's fault counters and the run's totals
   StepWorkspace workspace;
@@ -98,6 +100,7 @@ class Pipeline {
   bool step_rows_;
   std::vector<LayerLaunches> layers_;
   const std::byte* staging_[2];
+  kernels::StagingRelease release_[2];
   std::byte* device_meta_;
   std::size_t meta_bytes_;
   kernels::StatusBlock* status_block_;

@@ -131,6 +131,8 @@ PoolPlan plan_pipeline_pool(const PipelineConfig& config, const std::function<bo
   for (const char* staging : slots::kStaging) {
     plan.add(SlotSpec{staging, meta.bytes(), 256, MemoryKind::pinned_host, shape({meta.words}, "int32 (staging)")});
   }
+  plan.add(SlotSpec{slots::kStagingRelease, kStagingReleaseBytes, 64, MemoryKind::pinned_host,
+                    "uint32 [2][4] (staging release: sequence numbers, released)"});
   return plan;
 }
 

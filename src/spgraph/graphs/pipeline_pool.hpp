@@ -27,6 +27,10 @@ inline constexpr const char* kKvWorkspace = "kv_workspace";
 inline constexpr const char* kCombined = "combined_indices";
 inline constexpr const char* kCombinedLens = "combined_lens";
 inline constexpr const char* kStaging[2] = {"staging0", "staging1"};
+/// The staging release words (pinned): a sequence number per staging block written by the host,
+/// then one per block written by the device once a launch has read it (docs/graphs.md, "The
+/// staging hazard"); the chunk blocks 0, 1 and the step blocks 0, 1.
+inline constexpr const char* kStagingRelease = "staging_release";
 inline constexpr const char* kAttentionWorkspace = "attention_workspace";
 /// Steps only (ExecutorOptions::max_step_requests > 0): the step staging blocks, the device
 /// step state and the device step blocks (src/spgraph/graphs/step.hpp).
@@ -39,6 +43,7 @@ inline constexpr const char* kStepMeta = "step_meta";
 
 /// Bytes reserved for the fault counters: the step's and the run's (kernels::StatusBlock).
 inline constexpr std::size_t kStepStatusBytes = 256;
+inline constexpr std::size_t kStagingReleaseBytes = 2 * 4 * sizeof(std::uint32_t);
 static_assert(sizeof(kernels::StatusBlock) <= kStepStatusBytes, "the status slot must hold a StatusBlock");
 
 /// @brief The widest combined-index row over the program: round_up(top_k + W, 128).

@@ -21,10 +21,11 @@ StepSplit refuse(RunStatus status, int request, const char* field, const char* r
 }
 
 /// Records into `graph` by stream capture (the graph may already hold nodes; the capture starts
-/// from none of them). The capture is ended on every path.
+/// after `after`, or from none of them). The capture is ended on every path.
 template <class Record>
-void capture_into(cudaGraph_t graph, cudaStream_t stream, Record&& record) {
-  SPG_CUDA_TRY(cudaStreamBeginCaptureToGraph(stream, graph, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
+void capture_into(cudaGraph_t graph, cudaStream_t stream, Record&& record, const cudaGraphNode_t* after = nullptr) {
+  SPG_CUDA_TRY(cudaStreamBeginCaptureToGraph(stream, graph, after, nullptr, after != nullptr ? 1 : 0,
+                                             cudaStreamCaptureModeThreadLocal));
   const cudaError_t recorded = record();
   cudaGraph_t out = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &out);
@@ -142,7 +143,7 @@ std::size_t StepGraph::node_count() const {
 }
 
 std::size_t StepGraph::expected_nodes(std::span<const Pipeline* const> bodies) noexcept {
-  std::size_t n = 4;  // head, WHILE; next, SWITCH
+  std::size_t n = 5;  // head, WHILE, tail; next, SWITCH
   // A body is the chunk's layers: its pipeline's launches less the chunk graph's stage-in.
   for (const Pipeline* p : bodies) n += static_cast<std::size_t>(p->kernel_launches() - 1);
   return n;
@@ -185,6 +186,8 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
   select.conditional.size = static_cast<unsigned>(bodies.size());
   cudaGraphNode_t select_node = nullptr;
   SPG_CUDA_TRY(cudaGraphAddNode(&select_node, out.loop_body, &next, nullptr, 1, &select));
+  // tail, after the loop: releases the staging block once the whole step has run.
+  capture_into(top, stream, [&] { return kernels::StepLoop::run_tail(args, stream); }, &loop_node);
   for (std::size_t b = 0; b < bodies.size(); ++b) {
     cudaGraph_t body = select.conditional.phGraph_out[b];
     out.bucket_bodies.push_back(body);
@@ -202,7 +205,7 @@ cudaError_t record_step_eager(const kernels::StepLoopArgs& args, std::span<const
     e = kernels::StepLoop::run_next(args, none, stream);
     if (e == cudaSuccess) e = bodies[static_cast<std::size_t>(chunk_buckets[c])]->record_layers(stream);
   }
-  return e;
+  return e == cudaSuccess ? kernels::StepLoop::run_tail(args, stream) : e;
 }
 
 }  // namespace spg::graphs

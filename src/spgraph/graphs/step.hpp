@@ -107,22 +107,22 @@ struct StepGraph {
   Graph graph;
   cudaGraph_t loop_body{nullptr};
   std::vector<cudaGraph_t> bucket_bodies;
-  /// Nodes at every level: the top graph's (head, WHILE), the loop body's (next, SWITCH) and every
+  /// Nodes at every level: the top graph's (head, WHILE, tail), the loop body's (next, SWITCH) and every
   /// bucket body's. @throws CudaError.
   [[nodiscard]] std::size_t node_count() const;
-  /// What node_count() must be for these bucket bodies: 4 + the sum of their layers' kernel
+  /// What node_count() must be for these bucket bodies: 5 + the sum of their layers' kernel
   /// launches (Pipeline::kernel_launches() less its stage-in: next has staged the chunk).
   [[nodiscard]] static std::size_t expected_nodes(std::span<const Pipeline* const> bodies) noexcept;
 };
 
-/// Builds the step graph: head -> WHILE { next -> SWITCH { one body per bucket } }, the bodies
+/// Builds the step graph: head -> WHILE { next -> SWITCH { one body per bucket } } -> tail, the bodies
 /// recorded by stream capture into the conditional nodes' graphs on `stream` (which must not be
 /// capturing). @throws CudaError; InvalidArgument from StepLoop::can_implement.
 [[nodiscard]] StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
                                          cudaStream_t stream);
 
 /// The same step launched from a host loop (the eager step): head, then per chunk next and the
-/// chunk's bucket body. `chunk_buckets`: the buckets the host staged.
+/// chunk's bucket body, then tail. `chunk_buckets`: the buckets the host staged.
 [[nodiscard]] cudaError_t record_step_eager(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
                                             std::span<const int> chunk_buckets, cudaStream_t stream) noexcept;
 

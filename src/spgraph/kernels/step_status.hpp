@@ -95,7 +95,10 @@ static_assert(sizeof(RunFaults) == 72, "RunFaults is read by the host as raw byt
 ///        at) and the run's totals, which only the stage-in kernel writes.
 struct StatusBlock {
   StepStatus step;
-  std::uint32_t reserved[6];  ///< keeps `run` 64 bytes in
+  /// Per staging block (the chunk blocks 0, 1, then the step blocks 0, 1): CTAs of the kernel
+  /// reading it that are done (StagingRelease::arrivals; zero between launches).
+  std::uint32_t staging_arrivals[4];
+  std::uint32_t reserved[2];  ///< keeps `run` 64 bytes in
   RunFaults run;
 };
 static_assert(sizeof(StatusBlock) == 136 && alignof(StatusBlock) == 8, "StatusBlock is read by the host as raw bytes");

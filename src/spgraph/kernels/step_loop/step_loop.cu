@@ -32,6 +32,9 @@ void StepLoop::can_implement(const StepLoopArgs& a) {
   SPG_EXPECTS(a.max_chunks >= 0, "StepLoop: max_chunks = " << a.max_chunks << " must be at least 0");
   SPG_EXPECTS(a.header_words == StepStateWords::header_words(a.max_chunks),
               "StepLoop: header_words = " << a.header_words << " must be " << StepStateWords::header_words(a.max_chunks));
+  SPG_EXPECTS((a.release.sequence == nullptr) == (a.release.released == nullptr) &&
+                  (a.release.released == nullptr || a.release.arrivals != nullptr),
+              "StepLoop: release needs sequence, released and arrivals together (or none)");
   SPG_EXPECTS(a.chunk_bytes > 0 && a.chunk_bytes % 16 == 0 && a.chunk_bytes / 16 <= static_cast<std::size_t>(INT32_MAX),
               "StepLoop: chunk_bytes = " << a.chunk_bytes << " must be a positive multiple of 16 below 2^35");
 }
@@ -49,6 +52,11 @@ cudaError_t StepLoop::run_next(const StepLoopArgs& a, const StepConditionals& c,
   const int vectors = chunk_vectors(a);
   detail::step_next_kernel<<<ctas_for(vectors, kNextMaxCtas), detail::kStepCopyThreads, 0, stream>>>(
       static_cast<const uint4*>(a.step_meta), a.state, static_cast<uint4*>(a.chunk_meta), vectors, c);
+  return cudaGetLastError();
+}
+
+cudaError_t StepLoop::run_tail(const StepLoopArgs& a, cudaStream_t stream) noexcept {
+  detail::step_tail_kernel<<<1, 1, 0, stream>>>(a.release);
   return cudaGetLastError();
 }
 

@@ -1,7 +1,7 @@
-// Step loop: the two small kernels that let one graph launch run a whole step of chunks
+// Step loop: the three small kernels that let one graph launch run a whole step of chunks
 // (docs/graphs.md, "Steps"). The step graph is
 //
-//   head -> WHILE(loop) { next -> SWITCH(select) { bucket b: the layers' stages at bucket b } }
+//   head -> WHILE(loop) { next -> SWITCH(select) { bucket b: the layers' stages at bucket b } } -> tail
 //
 // head folds the previous step's fault counters, copies the step header (chunk count and each
 // chunk's bucket) into the device step state and every chunk's metadata block from the pinned
@@ -9,8 +9,9 @@
 // the loop when there is a chunk. next, once per chunk, copies that chunk's block from the device
 // step blocks to the device metadata block the layers read, selects the chunk's bucket body and
 // closes the loop after the last chunk. So a chunk costs one small kernel and the SWITCH before its
-// stages. Launched outside a graph (the eager step), head and next set no conditional: the host
-// loops and picks the body.
+// stages. tail releases the staging block to the host once the whole step has run. Launched
+// outside a graph (the eager step), head and next set no conditional: the host loops and picks the
+// body.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "spgraph/kernels/stage_in/stage_in.hpp"
 #include "spgraph/kernels/step_status.hpp"
 
 namespace spg::kernels {
@@ -43,6 +45,10 @@ struct StepLoopArgs {
   void* step_meta{nullptr};              ///< device step blocks: max_chunks blocks of chunk_bytes
   void* chunk_meta{nullptr};             ///< the device metadata block the layers read
   StatusBlock* status{nullptr};
+  /// The staging block's release to the host, by tail after the whole step (all null: no release).
+  /// After the step rather than after its last read: relaunching a step graph whose previous
+  /// launch still runs cost the host more (docs/benchmark_history.md, "The host cost of a launch").
+  StagingRelease release{};
 };
 
 /// @brief The loop's conditionals, and whether the kernels set them (only inside the step graph).
@@ -62,6 +68,8 @@ struct StepLoop {
   /// next: current = next++, step block `current` to chunk_meta, select = buckets[current],
   /// loop = next < count. A few CTAs; the last to finish its part of the copy advances the state.
   static cudaError_t run_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
+  /// tail: the staging block's release (StagingRelease) after the loop. One thread.
+  static cudaError_t run_tail(const StepLoopArgs& a, cudaStream_t stream) noexcept;
 };
 
 }  // namespace spg::kernels

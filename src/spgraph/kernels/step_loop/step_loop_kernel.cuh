@@ -80,4 +80,7 @@ __global__ void __launch_bounds__(kStepCopyThreads)
   }
 }
 
+/// After the loop: the whole step has run, so its staging block (and its graph) is free again.
+__global__ void step_tail_kernel(StagingRelease release) { release_staging(release, staging_sequence(release), true); }
+
 }  // namespace spg::kernels::detail
