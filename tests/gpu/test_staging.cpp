@@ -35,15 +35,18 @@ void require_ok(const graphs::RunResult& r) {
 }
 
 /// Layer 0's out and lse, all T rows, copied on `stream` into slot `i` of two device arrays.
+/// Layer 0's output rows: max(T, S), a whole step's with steps (every row a launch may write).
+std::size_t output_rows(const graphs::Executor& ex) { return ex.layer(0).out.extent(0); }
+
 struct Aside {
   std::size_t out_elems;
   std::size_t lse_elems;
   core::DeviceBuffer out;
   core::DeviceBuffer lse;
   Aside(const graphs::Executor& ex, int slots)
-      : out_elems(static_cast<std::size_t>(ex.config().max_tokens) * static_cast<std::size_t>(ex.config().layers[0].h_q) *
+      : out_elems(output_rows(ex) * static_cast<std::size_t>(ex.config().layers[0].h_q) *
                   static_cast<std::size_t>(ex.config().layers[0].d_v)),
-        lse_elems(static_cast<std::size_t>(ex.config().max_tokens) * static_cast<std::size_t>(ex.config().layers[0].h_q)),
+        lse_elems(output_rows(ex) * static_cast<std::size_t>(ex.config().layers[0].h_q)),
         out(static_cast<std::size_t>(slots) * out_elems * 2),
         lse(static_cast<std::size_t>(slots) * lse_elems * 4) {}
   void copy(const graphs::Executor& ex, int i, cudaStream_t stream) const {
@@ -77,7 +80,7 @@ template <class Run>
 LayerOutputs alone(graphs::Executor& ex, Run&& run) {
   test::poison_outputs(ex);
   require_ok(run());
-  return test::read_outputs(ex, 0, ex.config().max_tokens);
+  return test::read_outputs(ex, 0, static_cast<int>(output_rows(ex)));
 }
 
 graphs::ExecutorOptions no_insert(bool steps) {
@@ -122,16 +125,10 @@ StepData make_step(const model::PipelineConfig& cfg, const std::vector<int>& que
   return s;
 }
 
-/// Rows [0, the largest T bucket of its chunks) of layer 0: every row a step writes.
-int step_rows(const graphs::Executor& ex, graphs::StepSplitter& splitter, const StepData& s) {
-  const graphs::StepSplit split = splitter.split(s.input());
-  REQUIRE(split.status == graphs::RunStatus::ok);
+/// The rows a step writes: its tokens, each chunk at its row offset (padded rows are not written).
+int step_rows(const StepData& s) {
   int rows = 0;
-  for (int c = 0; c < split.chunks; ++c) {
-    const graphs::ChunkInput in = splitter.chunk(c);
-    const int b = ex.buckets().lookup(static_cast<int>(in.requests.size()), static_cast<int>(in.num_tokens()));
-    rows = std::max(rows, ex.buckets().t_of(b));
-  }
+  for (const graphs::RequestInput& r : s.requests) rows += r.query_len;
   return rows;
 }
 
@@ -187,7 +184,6 @@ TEST_CASE("steps launched far ahead of a busy device each read their own staging
   ex.warmup();
   World world(ex, 43);
   world.randomize_topk_all(kMinSeq);
-  graphs::StepSplitter splitter(ex.config(), ex.step_layout());
   std::mt19937_64& rng = world.rng();
   std::vector<StepData> steps;
   for (int v = 0; v < 6; ++v) {
@@ -201,7 +197,7 @@ TEST_CASE("steps launched far ahead of a busy device each read their own staging
   std::vector<int> rows;
   for (const StepData& s : steps) {
     want.push_back(alone(ex, [&] { return ex.run(s.input()); }));
-    rows.push_back(step_rows(ex, splitter, s));
+    rows.push_back(step_rows(s));
   }
   // A lone chunk between steps: chunk and step launches share the sequence numbers.
   const ChunkData lone = world.random_chunk(3, 40, -1, kMinSeq);
