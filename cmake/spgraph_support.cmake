@@ -1,7 +1,8 @@
 # spgraph_support: what tests, samples, the bench and the Python extension need beside the library,
 # and what an engine does not: the CPU references and accuracy bars (src/spgraph/kernels/reference), the
 # model front that stands in for a real model (src/spgraph/kernels/synthetic_front), the output checksum
-# (src/spgraph/kernels/checksum) and the CUPTI allocation counter (src/spgraph/memory/allocation_counter). It is never
+# (src/spgraph/kernels/checksum), the spin kernel that keeps a device busy (src/spgraph/kernels/spin)
+# and the CUPTI allocation counter (src/spgraph/memory/allocation_counter). It is never
 # installed, and it alone links CUPTI: a find_package(spgraph) consumer links neither (the
 # install_consumer test checks).
 #
@@ -16,6 +17,7 @@ function(spgraph_add_support_library root)
     ${root}/src/spgraph/kernels/reference/kv_cache_reference.cpp
     ${root}/src/spgraph/kernels/reference/pipeline_reference.cpp
     ${root}/src/spgraph/kernels/reference/sparse_mla_reference.cpp
+    ${root}/src/spgraph/kernels/spin/spin.cu
     ${root}/src/spgraph/kernels/synthetic_front/synthetic_front.cu
     ${root}/src/spgraph/memory/allocation_counter.cpp)
   add_library(spgraph::support ALIAS spgraph_support)

@@ -13,6 +13,7 @@
 #include "spgraph/core/resources.hpp"
 #include "spgraph/graphs/executor.hpp"
 #include "spgraph/graphs/step.hpp"
+#include "spgraph/kernels/spin/spin.hpp"
 #include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
 #include "samples/bench/probes.hpp"
 #include "samples/serve_loop_verify.hpp"
@@ -172,7 +173,7 @@ void time_runs(graphs::Executor& ex, const Input& in, const std::string& name, c
     std::vector<double> staging;
     std::vector<double> order;
     for (int i = 0; i < 35; ++i) {  // 60 launches after 10
-      if (busy) SPG_CUDA_TRY(launch_spin_kernel(2'000'000ULL, ex.stream()));
+      if (busy) SPG_CUDA_TRY(kernels::launch_spin(2'000'000ULL, ex.stream()));
       for (int j = 0; j < 2; ++j) {
         const auto t0 = std::chrono::steady_clock::now();
         const graphs::RunResult r = ex.run(in);

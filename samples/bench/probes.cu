@@ -16,6 +16,7 @@
 #include "spgraph/core/error.hpp"
 #include "spgraph/core/resources.hpp"
 #include "spgraph/graphs/graph.hpp"
+#include "spgraph/kernels/spin/spin.hpp"
 #include "spgraph/memory/allocation_counter.hpp"
 
 namespace spg::bench {
@@ -97,6 +98,39 @@ graphs::Graph capture_empty_kernels(cudaStream_t stream, int kernels) {
   return guard.finish();
 }
 
+/// [selector] -> SWITCH over `bodies` bodies of `kernels` empty kernels each (body 0 runs): a
+/// conditional node as large as the step graph's.
+graphs::Graph build_large_switch(cudaStream_t stream, const int* value, int bodies, int kernels) {
+  cudaGraph_t raw = nullptr;
+  SPG_CUDA_TRY(cudaGraphCreate(&raw, 0));
+  graphs::Graph g(raw);
+  cudaGraphConditionalHandle handle{};
+  SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&handle, raw, 0, 0));
+  void* args[] = {&handle, &value};
+  cudaKernelNodeParams kp{};
+  kp.func = reinterpret_cast<void*>(&set_switch_kernel);
+  kp.gridDim = dim3(1);
+  kp.blockDim = dim3(1);
+  kp.kernelParams = args;
+  cudaGraphNode_t selector = nullptr;
+  SPG_CUDA_TRY(cudaGraphAddKernelNode(&selector, raw, nullptr, 0, &kp));
+  cudaGraphNodeParams cp{};
+  cp.type = cudaGraphNodeTypeConditional;
+  cp.conditional.handle = handle;
+  cp.conditional.type = cudaGraphCondTypeSwitch;
+  cp.conditional.size = static_cast<unsigned>(bodies);
+  cudaGraphNode_t sw = nullptr;
+  SPG_CUDA_TRY(cudaGraphAddNode(&sw, raw, &selector, nullptr, 1, &cp));
+  for (int b = 0; b < bodies; ++b) {
+    SPG_CUDA_TRY(cudaStreamBeginCaptureToGraph(stream, cp.conditional.phGraph_out[b], nullptr, nullptr, 0,
+                                               cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < kernels; ++k) empty_kernel<<<1, 32, 0, stream>>>(nullptr);
+    cudaGraph_t body = nullptr;
+    SPG_CUDA_TRY(cudaStreamEndCapture(stream, &body));
+  }
+  return g;
+}
+
 /// Median host time of cudaGraphLaunch(exec) on an idle device, 200 launches after 20.
 double median_launch_us(const graphs::GraphExec& exec, cudaStream_t stream) {
   std::vector<double> us;
@@ -128,34 +162,7 @@ void run_indirect_launch_probe(Reporter& rep, cudaStream_t stream) {
     const double tail_us = median_launch_us(launcher, stream);
 
     // [selector] -> switch over 3 bodies of `kernels` kernels; the selector picks body 0.
-    cudaGraph_t raw = nullptr;
-    SPG_CUDA_TRY(cudaGraphCreate(&raw, 0));
-    graphs::Graph g(raw);
-    cudaGraphConditionalHandle handle{};
-    SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&handle, raw, 0, 0));
-    const int* value_ptr = static_cast<const int*>(value.data());
-    void* args[] = {&handle, &value_ptr};
-    cudaKernelNodeParams kp{};
-    kp.func = reinterpret_cast<void*>(&set_switch_kernel);
-    kp.gridDim = dim3(1);
-    kp.blockDim = dim3(1);
-    kp.kernelParams = args;
-    cudaGraphNode_t selector = nullptr;
-    SPG_CUDA_TRY(cudaGraphAddKernelNode(&selector, raw, nullptr, 0, &kp));
-    cudaGraphNodeParams cp{};
-    cp.type = cudaGraphNodeTypeConditional;
-    cp.conditional.handle = handle;
-    cp.conditional.type = cudaGraphCondTypeSwitch;
-    cp.conditional.size = 3;
-    cudaGraphNode_t sw = nullptr;
-    SPG_CUDA_TRY(cudaGraphAddNode(&sw, raw, &selector, nullptr, 1, &cp));
-    for (unsigned b = 0; b < 3; ++b) {
-      SPG_CUDA_TRY(cudaStreamBeginCaptureToGraph(stream, cp.conditional.phGraph_out[b], nullptr, nullptr, 0,
-                                                 cudaStreamCaptureModeThreadLocal));
-      for (int k = 0; k < kernels; ++k) empty_kernel<<<1, 32, 0, stream>>>(nullptr);
-      cudaGraph_t body = nullptr;
-      SPG_CUDA_TRY(cudaStreamEndCapture(stream, &body));
-    }
+    const graphs::Graph g = build_large_switch(stream, static_cast<const int*>(value.data()), 3, kernels);
     const graphs::GraphExec switch_exec = graphs::GraphExec::instantiate(g, stream);
     const double switch_us = median_launch_us(switch_exec, stream);
 
@@ -258,24 +265,9 @@ void run_cupti_probe(Reporter& rep, cudaStream_t stream) {
   counter->detach();
 }
 
-// ---- the load probe: the same graphs launched on an idle device and with the device behind ----
-
-__global__ void spin_kernel(unsigned long long ns) {
-  unsigned long long t0 = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (;;) {
-    unsigned long long t = 0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 >= ns) break;
-  }
-}
-
 }  // namespace
 
-cudaError_t launch_spin_kernel(unsigned long long ns, cudaStream_t stream) noexcept {
-  spin_kernel<<<1, 1, 0, stream>>>(ns);
-  return cudaGetLastError();
-}
+// ---- the load probe: the same graphs launched on an idle device and with the device behind ----
 
 LaunchLoad measure_launch_load(const std::function<cudaError_t(int)>& launch, cudaStream_t stream, int execs) {
   LaunchLoad out;
@@ -291,7 +283,7 @@ LaunchLoad measure_launch_load(const std::function<cudaError_t(int)>& launch, cu
   // Behind a 3 ms spin, 10 rounds of 16 launches back to back: every launch finds the device busy
   // and the launches before it still queued.
   for (int round = 0; round < 11; ++round) {
-    SPG_CUDA_TRY(launch_spin_kernel(3'000'000ULL, stream));
+    SPG_CUDA_TRY(kernels::launch_spin(3'000'000ULL, stream));
     for (int i = 0; i < 16; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       SPG_CUDA_TRY(launch(i % execs));
@@ -350,39 +342,6 @@ graphs::Graph capture_with_memsets(cudaStream_t stream, void* buffer) {
   }
   SPG_CUDA_TRY(cudaGetLastError());
   return guard.finish();
-}
-
-/// [selector] -> SWITCH over `bodies` bodies of `kernels` empty kernels each (body 0 runs): a
-/// conditional node as large as the step graph's.
-graphs::Graph build_large_switch(cudaStream_t stream, const int* value, int bodies, int kernels) {
-  cudaGraph_t raw = nullptr;
-  SPG_CUDA_TRY(cudaGraphCreate(&raw, 0));
-  graphs::Graph g(raw);
-  cudaGraphConditionalHandle handle{};
-  SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&handle, raw, 0, 0));
-  void* args[] = {&handle, &value};
-  cudaKernelNodeParams kp{};
-  kp.func = reinterpret_cast<void*>(&set_switch_kernel);
-  kp.gridDim = dim3(1);
-  kp.blockDim = dim3(1);
-  kp.kernelParams = args;
-  cudaGraphNode_t selector = nullptr;
-  SPG_CUDA_TRY(cudaGraphAddKernelNode(&selector, raw, nullptr, 0, &kp));
-  cudaGraphNodeParams cp{};
-  cp.type = cudaGraphNodeTypeConditional;
-  cp.conditional.handle = handle;
-  cp.conditional.type = cudaGraphCondTypeSwitch;
-  cp.conditional.size = static_cast<unsigned>(bodies);
-  cudaGraphNode_t sw = nullptr;
-  SPG_CUDA_TRY(cudaGraphAddNode(&sw, raw, &selector, nullptr, 1, &cp));
-  for (int b = 0; b < bodies; ++b) {
-    SPG_CUDA_TRY(cudaStreamBeginCaptureToGraph(stream, cp.conditional.phGraph_out[b], nullptr, nullptr, 0,
-                                               cudaStreamCaptureModeThreadLocal));
-    for (int k = 0; k < kernels; ++k) empty_kernel<<<1, 32, 0, stream>>>(nullptr);
-    cudaGraph_t body = nullptr;
-    SPG_CUDA_TRY(cudaStreamEndCapture(stream, &body));
-  }
-  return g;
 }
 
 /// cudaGraphLaunch host cost, idle against busy, of graphs that add one property at a time to

@@ -19,10 +19,6 @@ namespace spg::bench {
 /// the load probe ("launch-probe/load/...": idle against busy, one property at a time).
 void run_launch_probe(Reporter& reporter);
 
-/// Launches one thread that spins for `ns` nanoseconds (the device's global timer): keeps the
-/// device busy so that launches behind it queue.
-cudaError_t launch_spin_kernel(unsigned long long ns, cudaStream_t stream) noexcept;
-
 /// @brief Host microseconds of one launch, medians: on an idle device (synchronized after each),
 ///        busy (16 launches back to back behind a 3 ms spin, the device behind the host), and
 ///        right after a launch of exec 0 on an idle device (exec 0 again with one exec, so its

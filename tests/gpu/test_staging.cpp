@@ -16,7 +16,7 @@
 #include "spgraph/core/resources.hpp"
 #include "spgraph/graphs/executor.hpp"
 #include "spgraph/graphs/step.hpp"
-#include "spin_kernel.hpp"
+#include "spgraph/kernels/spin/spin.hpp"
 
 using namespace spg;
 using spg::test::ChunkData;
@@ -152,7 +152,7 @@ TEST_CASE("chunks launched far ahead of a busy device each read their own stagin
   double waited_us = 0;
   // The device spins while the host submits: without the release words' wait, launch k + 2 would
   // rewrite the block launch k has not read yet, and launch k would run on launch k + 2's chunk.
-  REQUIRE(test::launch_spin(kSpinNs, ex.stream()) == cudaSuccess);
+  REQUIRE(kernels::launch_spin(kSpinNs, ex.stream()) == cudaSuccess);
   for (int i = 0; i < kLaunches; ++i) {
     const ChunkData& c = variants[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])];
     const graphs::RunResult r = i % 5 == 4 ? ex.run_eager(c.input()) : ex.run(c.input());
@@ -209,7 +209,7 @@ TEST_CASE("steps launched far ahead of a busy device each read their own staging
   std::vector<int> order(kLaunches);
   for (int& o : order) o = static_cast<int>(rng() % (steps.size() + 1));  // steps.size(): the lone chunk
   const std::uint64_t waits = ex.host_waits();
-  REQUIRE(test::launch_spin(kSpinNs, ex.stream()) == cudaSuccess);
+  REQUIRE(kernels::launch_spin(kSpinNs, ex.stream()) == cudaSuccess);
   for (int i = 0; i < kLaunches; ++i) {
     const auto v = static_cast<std::size_t>(order[static_cast<std::size_t>(i)]);
     require_ok(v == steps.size() ? ex.run(lone.input()) : (i % 7 == 6 ? ex.run_eager(steps[v].input()) : ex.run(steps[v].input())));
@@ -250,7 +250,7 @@ TEST_CASE("a launch on another stream runs after the last one, whichever stream 
   const cudaStream_t streams[] = {a.get(), b.get(), a.get(), ex.stream(), a.get()};
   for (std::size_t k = 0; k + 1 < std::size(streams); ++k) {
     INFO("from stream " << k << " to stream " << k + 1);
-    REQUIRE(test::launch_spin(kSpinNs / 4, streams[k]) == cudaSuccess);
+    REQUIRE(kernels::launch_spin(kSpinNs / 4, streams[k]) == cudaSuccess);
     require_ok(ex.run(first.input(), 0, streams[k]));
     require_ok(ex.run(second.input(), 0, streams[k + 1]));
     ex.synchronize();  // waits for the last launch's stream, which the earlier one is ordered before
@@ -269,9 +269,9 @@ TEST_CASE("synchronize and the run's faults wait for a launch on a caller's busy
   world.randomize_topk_all(kMinSeq);
   const LayerOutputs want = alone(ex, [&] { return ex.run(c.input()); });
   core::Stream s;
-  REQUIRE(test::launch_spin(kSpinNs, s.get()) == cudaSuccess);
+  REQUIRE(kernels::launch_spin(kSpinNs, s.get()) == cudaSuccess);
   test::poison_outputs(ex);  // synchronizes first: the spin is not a launch of the executor's
-  REQUIRE(test::launch_spin(kSpinNs, s.get()) == cudaSuccess);
+  REQUIRE(kernels::launch_spin(kSpinNs, s.get()) == cudaSuccess);
   require_ok(ex.run(c.input(), 0, s.get()));
   CHECK(cudaStreamQuery(s.get()) == cudaErrorNotReady);  // still spinning
   CHECK(ex.read_run_faults().total() == 0);               // waits for the launch on s

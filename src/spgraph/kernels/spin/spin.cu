@@ -1,9 +1,10 @@
-// See spin_kernel.hpp.
-#include "spin_kernel.hpp"
+// See spin.hpp.
+#include "spgraph/kernels/spin/spin.hpp"
 
-namespace spg::test {
+namespace spg::kernels {
 
 namespace {
+
 __global__ void spin_kernel(unsigned long long ns) {
   unsigned long long t0 = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -13,6 +14,7 @@ __global__ void spin_kernel(unsigned long long ns) {
     if (t - t0 >= ns) break;
   }
 }
+
 }  // namespace
 
 cudaError_t launch_spin(unsigned long long ns, cudaStream_t stream) noexcept {
@@ -20,4 +22,4 @@ cudaError_t launch_spin(unsigned long long ns, cudaStream_t stream) noexcept {
   return cudaGetLastError();
 }
 
-}  // namespace spg::test
+}  // namespace spg::kernels
