@@ -168,7 +168,7 @@ class RunResult:
         """cuda_error: the CUDA error's name, else None."""
     @property
     def chunks(self) -> int:
-        """run_step: the chunks the step was split into (0 for a refused step or one of no requests)."""
+        """run_step: the chunks the step was split into (0 for a step of no requests, or one the split refused)."""
     @property
     def bad_chunk(self) -> int:
         """run_step: the chunk at fault (-1: none, or the whole step); bad_request is then the step's index."""

@@ -458,7 +458,7 @@ void bind_executor(nb::module_& m) {
                    },
                    "cuda_error: the CUDA error's name, else None.")
       .def_prop_ro("chunks", [](const StepResult& s) { return s.r.chunks; },
-                   "run_step: the chunks the step was split into (0 for a refused step or one of no requests).")
+                   "run_step: the chunks the step was split into (0 for a step of no requests, or one the split refused).")
       .def_prop_ro("bad_chunk", [](const StepResult& s) { return s.r.bad_chunk; },
                    "run_step: the chunk at fault (-1: none, or the whole step); bad_request is then the step's index.")
       .def_prop_ro("bad_reason",
