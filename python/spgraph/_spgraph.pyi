@@ -109,8 +109,8 @@ def validate_config(config: Any) -> None:
 def config_derived(config: Any) -> Dict[str, Any]:
     """Values derived from a config: window, block-table widths, M_max, combined widths, labels."""
 
-def plan_pool(config: Any, engine_buffers: Any, insert: bool) -> Dict[str, Any]:
-    """The pool plan_pipeline_pool lays out (no GPU needed): {'slots', 'device_bytes', 'pinned_bytes', 'table'}."""
+def plan_pool(config: Any, engine_buffers: Any, insert: bool, max_step_requests: int = 0, max_step_tokens: int = 0) -> Dict[str, Any]:
+    """The pool plan_pipeline_pool lays out (no GPU needed), with the step options the step-sized buffers and the step slots: {'slots', 'device_bytes', 'pinned_bytes', 'table'}."""
 
 def bucket_set(config: Any, r_buckets: List[int], t_buckets: List[int]) -> Dict[str, Any]:
     """The chunk-shape buckets an executor captures for: {'r_buckets', 't_buckets', 'describe'}."""
@@ -337,7 +337,7 @@ class SyntheticFront:
 
     def __init__(self, layers: Any) -> None: ...
     def run(self, chunk: Any, seed: int, step: int, stream: int) -> None:
-        """Fills the chunk's K rows, compressed K rows and top-k indices of every layer on `stream`."""
+        """Fills the chunk's K rows, compressed K rows and top-k indices of every layer on `stream` (a StepPlan: the whole step's rows)."""
 
 def synthetic_fill_query(q: Array, seed: int, layer: int, stream: int) -> None:
     """Fills every value of q with front_q_value(seed, layer, i)."""

@@ -248,7 +248,8 @@ class Executor(_C.Executor):
 
 
 def plan(config: PipelineConfig, engine_buffers: Union[bool, Collection[str]] = False, *,
-         buffers: Optional[Sequence[Any]] = None, insert: bool = True) -> PoolPlan:
+         buffers: Optional[Sequence[Any]] = None, insert: bool = True, max_step_requests: int = 0,
+         max_step_tokens: int = 0) -> PoolPlan:
     """The pool an executor would plan, without a GPU (``serve_loop --plan``).
 
     Args:
@@ -258,11 +259,18 @@ def plan(config: PipelineConfig, engine_buffers: Union[bool, Collection[str]] = 
             "compressed_cache"}``): those bound in every layer; False: everything pooled.
         buffers: the bindings themselves (as Executor takes them), instead of engine_buffers.
         insert: whether the executor records the insert stage (K rows planned).
+        max_step_requests, max_step_tokens: the executor's step options (``serve_loop --plan
+            --one-launch``): the layer buffers at a step's rows and the step slots. For
+            ``buffers`` with step options use :func:`plan_executor`.
     """
     if buffers is not None:
+        if max_step_requests or max_step_tokens:
+            raise ValueError("plan(buffers=...) plans no steps; use plan_executor(config, buffers, max_step_requests=..., "
+                             "max_step_tokens=...)")
         config.validate()
         return PoolPlan(**_C.plan_bound(config, buffers, bool(insert)))
-    return PoolPlan(**_C.plan_pool(config, engine_buffers, bool(insert)))
+    return PoolPlan(**_C.plan_pool(config, engine_buffers, bool(insert), int(max_step_requests),
+                                   int(max_step_tokens)))
 
 
 def check_buffers(config: PipelineConfig, buffers: Sequence[Any], programs: Optional[Sequence[Sequence[int]]] = None,

@@ -285,3 +285,89 @@ STEP_MISUSE = {
 def test_step_misuse_raises(case):
     step, exc, pattern = STEP_MISUSE[case]
     expect(exc, pattern, check, step)
+
+
+# ------------------------------------------------------------------------------------ plan, front
+def test_plan_with_step_options_is_the_executors():
+    c = two_layers()
+    pooled = spgraph.plan(c, **STEPS)
+    assert pooled.slots == spgraph.plan_executor(c, **STEPS)["pool"]["slots"]
+    own = spgraph.plan(c, True, **STEPS)
+    names = {s["name"] for s in own.slots}
+    assert {"step_staging0", "step_staging1", "step_state", "step_meta"} <= names and "layer0.q" not in names
+    assert own.slots == spgraph.plan_executor(c, step_binding(c, 256), **STEPS)["pool"]["slots"]
+    expect(ValueError, r"max_step_tokens = 0 must be in \[1, 1048576\]", spgraph.plan, c, max_step_requests=8)
+    expect(ValueError, r"plan\(buffers=\.\.\.\) plans no steps; use plan_executor", spgraph.plan, c,
+           buffers=binding(c), **STEPS)
+
+
+def test_synthetic_front_of_a_step_checks_its_rows():
+    from dlpack_stub import cuda
+    from spgraph import synthetic
+    c = two_layers()
+    sched = spgraph.PrefillScheduler(c, spgraph.SchedulerConfig(max_num_batched_tokens=256))
+    sched.submit(spgraph.make_workload(spgraph.WorkloadConfig(num_requests=4, min_prompt_len=300, max_prompt_len=400)))
+    plan = sched.schedule()
+    assert plan.num_tokens == 256 and len(plan.chunks) == 4
+    layer = {"k_rows": cuda((255, 512), "bfloat16"), "compress_ratio": 1, "top_k": 0}
+    front = synthetic.SyntheticFront([layer])
+    # A step is one span of rows: 256 tokens do not fit 255 rows (refused before any launch).
+    expect(ValueError, r"layers\[0\]: a chunk of 256 tokens does not fit the layer's row buffers", front.run, plan,
+           1, 0, 0)
+    expect(TypeError, r"SyntheticFront\.run takes a ChunkPlan or a StepPlan", front.run, {"query_lens": [1]}, 1, 0, 0)
+
+
+# ------------------------------------------------------------------------------------------ sample
+def test_sample_one_launch_flags():
+    from test_executor_cpu import run_sample
+    got = run_sample("--help")
+    assert "--one-launch" in got.stdout and "--step-requests" in got.stdout
+    for args, message in ((["--one-launch", "--checksum"], "--one-launch cannot be combined with --checksum"),
+                          (["--one-launch", "--budget", "2000000"], "--budget = 2000000 must be at most 1048576"),
+                          (["--step-requests", "0"], "--step-requests = 0 must be in [1, 4096]")):
+        bad = run_sample(*args)
+        assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr)
+
+
+def test_sample_one_launch_plan_is_serve_loops():
+    from test_executor_cpu import run_sample, serve_loop_binary
+    args = ["--plan", "--one-launch", "--budget", "16384", "--step-requests", "128"]
+    got = run_sample(*args)
+    assert got.returncode == 0, got.stderr
+    assert "step_staging0" in got.stdout and "136 chunk blocks" in got.stdout
+    binary = serve_loop_binary()
+    if binary is None:
+        pytest.skip("serve_loop not built (set SPGRAPH_SERVE_LOOP)")
+    import subprocess
+    for py_args, cpp_args in ((args, args + ["--engine-buffers"]), (args + ["--pooled"], args)):
+        py = run_sample(*py_args).stdout
+        cpp = subprocess.run([binary, *cpp_args], capture_output=True, text=True).stdout
+        table = lambda text: text[text.index("slot "):]  # noqa: E731
+        assert table(py) == table(cpp)
+
+
+def test_sample_step_tensors_are_what_the_executor_binds():
+    """prefill_loop --one-launch's torch tensors (made here as stubs by a stand-in for torch) pass
+    the executor's binding checks with the step options, and T-row ones do not."""
+    import importlib.util
+    import types
+
+    from dlpack_stub import cuda
+    from test_executor_cpu import SAMPLE
+    spec = importlib.util.spec_from_file_location("prefill_loop", SAMPLE)
+    sample = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sample)
+    fake = types.SimpleNamespace(bfloat16="bfloat16", float32="float32", int32="int32", uint8="uint8",
+                                 device=lambda name: name,
+                                 zeros=lambda shape, dtype, device: cuda(shape, dtype))
+    o = sample.parse(["--one-launch", "--budget", "4096", "--step-requests", "16", "--max-tokens", "512"])
+    config = sample.make_config(o)
+    steps = sample.step_options(o)
+    assert steps == {"max_step_requests": 16, "max_step_tokens": 4096}
+    tensors = sample.engine_tensors(fake, config, step=steps)
+    assert tensors[0]["q"].shape[0] == 4096 and tensors[0]["compressed_k_rows"].shape[0] == 4096 // 4 + 16
+    plan = spgraph.plan_executor(config, tensors, **steps)
+    assert not any(s["name"].startswith("layer") for s in plan["pool"]["slots"])
+    expect(ValueError, r"buffers\[0\]\.q: .* has 512 rows; it needs at least 4096", spgraph.plan_executor, config,
+           sample.engine_tensors(fake, config), **steps)
+    assert sample.step_options(sample.parse([])) == {}

@@ -380,3 +380,25 @@ def test_refused_steps_are_statuses_as_check_step_says():
     assert ex.run_step(good).ok  # still usable after misuse
     ex.synchronize()
     assert ex.read_status()["total"] == 0
+
+
+def test_sample_one_launch_runs_each_step_in_one_launch():
+    import importlib.util
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("prefill_loop", os.path.join(root, "samples", "python",
+                                                                               "prefill_loop.py"))
+    sample = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sample)
+    trace = ["--steps", "30", "--requests", "24", "--min-len", "64", "--max-len", "3000", "--max-model-len", "4096",
+             "--max-tokens", "256", "--budget", "2048", "--seed", "3", "--no-progress"]
+    per_chunk = sample.run(sample.parse(trace + ["--no-alloc-count"]))
+    for extra in ([], ["--mode", "eager"], ["--pooled"]):
+        # (64 requests: the scheduler's cap of 16 chunks a step is above any step of this trace, so the
+        # steps are the per-chunk run's)
+        rep = sample.run(sample.parse(trace + ["--one-launch", "--step-requests", "64"] + extra))
+        assert rep["faults"] == 0 and rep["alloc_calls"] == 0 and rep["torch_reserved_growth"] == 0, (extra, rep)
+        # The same scheduler steps: the same chunks and tokens, one launch per step that had chunks.
+        assert rep["chunks"] == per_chunk["chunks"] and rep["tokens"] == per_chunk["tokens"], extra
+        assert rep["launches"] <= 30 < rep["chunks"] and rep["graph_hits"] + rep["eager_runs"] == rep["launches"]
+        assert rep["padded"] == per_chunk["padded"]
