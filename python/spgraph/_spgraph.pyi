@@ -132,12 +132,12 @@ def check_chunk(config: Any, chunk: Any, layers: Optional[Any], insert: bool) ->
 
 # ----------------------------------------------------------------------------------------- executor
 class RunError(RuntimeError):
-    """Executor.run(check=True) refused or failed a step; `result` holds the RunResult."""
+    """Executor.run() / run_step() with check=True refused or failed a step; `result` holds the RunResult."""
 
     result: "RunResult"
 
 class RunResult:
-    """What one Executor.run() / run_eager() reported (never raised unless check=True)."""
+    """What one Executor.run() / run_eager() / run_step() / run_step_eager() reported (never raised unless check=True)."""
 
     @property
     def status(self) -> str:

@@ -60,7 +60,8 @@ void check_dict_keys(nb::handle chunk, const char* root) {
     if (!known) {
       std::string all;
       for (const char* f : kChunkFields) all += std::string(all.empty() ? "" : ", ") + f;
-      throw nb::value_error(("the " + std::string(root) + " has the key " + std::string(nb::repr(key).c_str()) + "; its fields are " + all)
+      throw nb::value_error(("the " + std::string(root) + " has the key " + std::string(nb::repr(key).c_str()) +
+                             "; its fields are " + all)
                                 .c_str());
     }
   }

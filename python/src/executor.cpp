@@ -52,7 +52,8 @@ std::string describe(const StepResult& s) {
   std::string m = std::string(s.step ? "run_step: " : "run: ") + status_key(s.r.status) + ": " +
                   graphs::run_status_name(s.r.status);
   // bad_chunk, and a step over its maxima (no_bucket naming step.requests / step.tokens).
-  if (s.r.status == graphs::RunStatus::bad_chunk || (s.r.status == graphs::RunStatus::no_bucket && s.r.bad_field != nullptr)) {
+  const bool over_step = s.r.status == graphs::RunStatus::no_bucket && s.r.bad_field != nullptr;
+  if (s.r.status == graphs::RunStatus::bad_chunk || over_step) {
     m += " (";
     if (s.r.bad_chunk >= 0) m += "chunk " + std::to_string(s.r.bad_chunk) + ", ";
     if (s.r.bad_request >= 0) {
@@ -387,7 +388,9 @@ StepResult check_step(nb::handle config, nb::handle step, nb::handle options, in
     out.r.bad_reason = reason;
     return out;
   };
-  if (split.status != graphs::RunStatus::ok) return refuse(split.status, split.bad_request, split.bad_field, split.bad_reason);
+  if (split.status != graphs::RunStatus::ok) {
+    return refuse(split.status, split.bad_request, split.bad_field, split.bad_reason);
+  }
   out.r.chunks = split.chunks;
   const int mask = plan.program_ratios[static_cast<std::size_t>(program)];
   for (int k = 0; k < split.chunks; ++k) {
@@ -433,12 +436,14 @@ nb::dict plan_executor_dict(nb::handle config, nb::handle buffers, nb::handle op
 void bind_executor(nb::module_& m) {
   using namespace nb::literals;
   g_run_error = PyErr_NewExceptionWithDoc("spgraph.RunError",
-                                          "Executor.run(check=True) refused or failed a step; `result` holds the "
-                                          "RunResult (status, bad_request, bad_field, cuda).",
+                                          "Executor.run() / run_step() with check=True refused or failed a step; "
+                                          "`result` holds the RunResult (status, bad_request, bad_field, cuda).",
                                           PyExc_RuntimeError, nullptr);
   m.attr("RunError") = nb::handle(g_run_error);
 
-  nb::class_<StepResult>(m, "RunResult", "What one Executor.run() / run_eager() reported (never raised unless check=True).")
+  nb::class_<StepResult>(m, "RunResult",
+                         "What one Executor.run() / run_eager() / run_step() / run_step_eager() reported (never "
+                         "raised unless check=True).")
       .def_prop_ro("status", [](const StepResult& s) { return status_key(s.r.status); },
                    "'ok', 'no_bucket', 'bad_chunk', 'bad_program', 'not_warmed_up' or 'cuda_error'.")
       .def_prop_ro("message", [](const StepResult& s) { return describe(s); }, "The status in words.")

@@ -393,10 +393,18 @@ def test_sample_one_launch_runs_each_step_in_one_launch():
     trace = ["--steps", "30", "--requests", "24", "--min-len", "64", "--max-len", "3000", "--max-model-len", "4096",
              "--max-tokens", "256", "--budget", "2048", "--seed", "3", "--no-progress"]
     per_chunk = sample.run(sample.parse(trace + ["--no-alloc-count"]))
-    for extra in ([], ["--mode", "eager"], ["--pooled"]):
-        # (64 requests: the scheduler's cap of 16 chunks a step is above any step of this trace, so the
-        # steps are the per-chunk run's)
-        rep = sample.run(sample.parse(trace + ["--one-launch", "--step-requests", "64"] + extra))
+    counter = spgraph.allocation_counter()
+    if not counter.attached:  # an earlier test may have detached it: the count must mean something
+        counter.attach()
+    try:
+        reports = []
+        for extra in ([], ["--mode", "eager"], ["--pooled"]):
+            # (64 requests: the scheduler's cap of 16 chunks a step is above any step of this trace,
+            # so the steps are the per-chunk run's)
+            reports.append((extra, sample.run(sample.parse(trace + ["--one-launch", "--step-requests", "64"] + extra))))
+    finally:
+        counter.detach()
+    for extra, rep in reports:
         assert rep["faults"] == 0 and rep["alloc_calls"] == 0 and rep["torch_reserved_growth"] == 0, (extra, rep)
         # The same scheduler steps: the same chunks and tokens, one launch per step that had chunks.
         assert rep["chunks"] == per_chunk["chunks"] and rep["tokens"] == per_chunk["tokens"], extra
