@@ -18,8 +18,13 @@ never loaded) with the chunk as a ChunkPlan (slot lists or derived slots), as Nu
 and as lists; the ChunkPlan call split up (the extension's method called directly, on the torch
 stream and on the executor's own stream); and the C++ part of the same call (time_host_phases:
 staging, launch, record; staging excludes the wait for a staging block, as the call time does).
+With --one-launch also Executor.run_step: the same programs with the step options (64 requests,
+--budget tokens), host time per run_step from Python over serve_loop's scheduler steps (the
+scheduler capping a step at 16 chunks), the step as a StepPlan and as NumPy arrays, and the chunks
+per step.
 
   python3 scripts/python_bench.py [--json FILE] [--compare BENCH_JSON] [--quick] [--executor-only]
+                                  [--one-launch [--budget N]]
 
 --compare takes `bench --json` output (tables A and C) and prints each op's ratio to it. Records
 (docs/results format: suite/name/variant/metric/value/commit/date) go to --json; SPGRAPH_COMMIT
@@ -327,6 +332,101 @@ def schedule(config: spgraph.PipelineConfig, chunks: int, seed: int = 1) -> List
     return out[:chunks]
 
 
+def schedule_steps(config: spgraph.PipelineConfig, steps: int, budget: int, max_chunks: int,
+                   seed: int = 1) -> List[Any]:
+    """serve_loop --one-launch's trace (its default workload): the first `steps` StepPlans with chunks."""
+    sc = spgraph.SchedulerConfig(max_num_batched_tokens=budget)
+    sc.max_chunks_per_step = max_chunks
+    sched = spgraph.PrefillScheduler(config, sc)
+    wc = spgraph.WorkloadConfig(num_requests=256, min_prompt_len=1024, max_prompt_len=65536, lengths="log-normal")
+    out: List[Any] = []
+    batch = next_id = 0
+    while len(out) < steps:
+        if sched.done:
+            wc.seed = seed * 1000003 + batch
+            batch += 1
+            wc.first_step = sched.next_step
+            reqs = spgraph.make_workload(wc)
+            for r in reqs:
+                r.id = next_id
+                next_id += 1
+            sched.submit(reqs)
+        plan = sched.schedule()
+        if plan.chunks:
+            out.append(plan)
+    return out
+
+
+def step_as_numpy(plan: Any, ratios: List[int]) -> spgraph.Chunk:
+    """A StepPlan spelled as an engine would: its requests (pieces merged) as NumPy int32 arrays."""
+    import numpy as np
+
+    ql: List[int] = []
+    sl: List[int] = []
+    tables: Dict[int, List[List[int]]] = {r: [] for r in [1] + ratios}
+    last = None
+    for cp in plan.chunks:
+        for b in range(cp.num_requests):
+            rows = {r: cp.block_tables(r)[b] for r in tables}
+            if b == 0 and last == cp.request_ids[0]:
+                ql[-1] += cp.query_lens[0]
+                sl[-1] = cp.seq_lens[0]
+                for r in tables:
+                    tables[r][-1] = rows[r]
+            else:
+                ql.append(cp.query_lens[b])
+                sl.append(cp.seq_lens[b])
+                for r in tables:
+                    tables[r].append(rows[r])
+            last = cp.request_ids[b]
+
+    def table(rows: List[List[int]]) -> "np.ndarray":
+        w = max((len(x) for x in rows), default=0)
+        return np.array([x + [0] * (w - len(x)) for x in rows], dtype=np.int32)
+
+    return spgraph.Chunk(np.array(ql, np.int32), np.array(sl, np.int32), table(tables[1]),
+                         {r: table(tables[r]) for r in ratios})
+
+
+def bench_steps(name: str, config: spgraph.PipelineConfig, n: int, budget: int, summary: List[tuple]) -> None:
+    """Host time per Executor.run_step from Python (waits excluded), a StepPlan and its NumPy spelling."""
+    ratios = sorted({l.compress_ratio for l in config.layers if l.compress_ratio > 1})
+    options = {"max_step_requests": 64, "max_step_tokens": budget}
+    plans = schedule_steps(config, n, budget, 64 // config.max_requests)
+    inputs = {"stepplan": plans, "numpy": [step_as_numpy(p, ratios) for p in plans]}
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(here), "samples", "python"))
+    import prefill_loop  # the sample's engine tensors, step-sized
+
+    tensors = prefill_loop.engine_tensors(torch, config, step=options)
+    torch.cuda.synchronize()
+    ex = sgt.Executor(config, buffers=tensors, **options)
+    ex.warmup()
+    stream = torch.cuda.Stream()
+    clock = time.perf_counter_ns
+    for variant, items in inputs.items():
+        host: List[float] = []
+        chunks: List[int] = []
+        with torch.cuda.stream(stream):
+            for i, step in enumerate(items):
+                t0 = clock()
+                r = ex.run_step(step)
+                t1 = clock()
+                if not r.ok:
+                    raise RuntimeError(f"{name}: step {i} failed: {r.message}")
+                host.append((t1 - t0) / 1000.0 - r.waited_us)
+                chunks.append(r.chunks)
+        ex.synchronize()
+        record("executor", f"python-run-step/{name}", variant, "host_us_p50", pct(host, 0.5))
+        record("executor", f"python-run-step/{name}", variant, "host_us_p99", pct(host, 0.99))
+        record("executor", f"python-run-step/{name}", variant, "chunks_per_step_mean", statistics.mean(chunks))
+        summary.append(("executor", f"{name} run_step {variant}", None,
+                        {"p50": pct(host, 0.5), "p99": pct(host, 0.99), "chunks": statistics.mean(chunks)}))
+    del ex, tensors
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
 def as_numpy(cp: Any, ratios: List[int]) -> spgraph.Chunk:
     import numpy as np
 
@@ -423,6 +523,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer executor chunks, shorter attention timing")
     p.add_argument("--chunks", type=int, default=300, help="chunks timed per executor variant (default 300)")
     p.add_argument("--executor-only", action="store_true", help="time Executor.run only (no ops)")
+    p.add_argument("--one-launch", action="store_true", help="also time Executor.run_step (whole steps)")
+    p.add_argument("--budget", type=int, default=8192, help="tokens a step with --one-launch (default 8192)")
     o = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("python_bench: no CUDA device; nothing to measure")
@@ -446,6 +548,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     one.layers = one.layers[:1]
     bench_executor("c4a-1-layer", one, n, summary)
     print(f"  executor done ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if o.one_launch:
+        steps = 50 if o.quick else 200
+        bench_steps("v4-8-layers", v4_config(), steps, o.budget, summary)
+        bench_steps("c4a-1-layer", one, steps, o.budget, summary)
+        print(f"  run_step done ({time.perf_counter() - t0:.0f} s)", flush=True)
 
     bench = json.load(open(o.compare)) if o.compare else []
     commit = os.environ.get("SPGRAPH_COMMIT", "unknown")
@@ -466,7 +573,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{name:34s} {ref or math.nan:9.2f} {us:9.2f} {ratio} {host.get('spgraph.torch', math.nan):9.2f} "
               f"{host.get('torch.ops.spgraph', math.nan):9.2f} {host.get('spgraph', math.nan):8.2f} "
               f"{host.get('_spgraph', math.nan):8.2f}")
-    print("\n== Executor.run from Python: host us per call (waits excluded; CUPTI not loaded) ==")
+    print("\n== Executor.run / run_step from Python: host us per call (waits excluded; CUPTI not loaded) ==")
     for suite, name, _, host in summary:
         if suite == "executor":
             print(f"{name:40s} " + "  ".join(f"{k} {v:7.2f}" for k, v in host.items()))

@@ -38,7 +38,9 @@ from .executor import (  # noqa: F401
     StepWorkspace,
     check_buffers,
     check_chunk,
+    check_step,
     plan,
+    plan_executor,
 )
 from .scheduler import ChunkPlan, PrefillScheduler, Request, StepPlan, make_workload  # noqa: F401
 from .ops import (  # noqa: F401
@@ -143,8 +145,10 @@ __all__ = [
     "allocation_counter",
     "check_buffers",
     "check_chunk",
+    "check_step",
     "make_workload",
     "plan",
+    "plan_executor",
     "CudaError",
     "COMBINED_ALIGNMENT",
     "FAULT_KINDS",

@@ -109,8 +109,8 @@ def validate_config(config: Any) -> None:
 def config_derived(config: Any) -> Dict[str, Any]:
     """Values derived from a config: window, block-table widths, M_max, combined widths, labels."""
 
-def plan_pool(config: Any, engine_buffers: Any, insert: bool) -> Dict[str, Any]:
-    """The pool plan_pipeline_pool lays out (no GPU needed): {'slots', 'device_bytes', 'pinned_bytes', 'table'}."""
+def plan_pool(config: Any, engine_buffers: Any, insert: bool, max_step_requests: int = 0, max_step_tokens: int = 0) -> Dict[str, Any]:
+    """The pool plan_pipeline_pool lays out (no GPU needed), with the step options the step-sized buffers and the step slots: {'slots', 'device_bytes', 'pinned_bytes', 'table'}."""
 
 def bucket_set(config: Any, r_buckets: List[int], t_buckets: List[int]) -> Dict[str, Any]:
     """The chunk-shape buckets an executor captures for: {'r_buckets', 't_buckets', 'describe'}."""
@@ -121,17 +121,23 @@ def check_buffers(config: Any, buffers: Any, programs: List[List[int]], insert: 
 def plan_bound(config: Any, buffers: Any, insert: bool) -> Dict[str, Any]:
     """The pool planned around these bindings (no GPU needed)."""
 
+def check_step(config: Any, step: Any, options: Optional[Any], program: int) -> RunResult:
+    """What Executor.run_step would refuse, without a GPU: a RunResult ('ok' with `chunks`, or the refusal)."""
+
+def plan_executor(config: Any, buffers: Optional[Any], options: Optional[Any]) -> Dict[str, Any]:
+    """The executor's host-side plan for these options and bindings, without a GPU: {'buckets', 'programs', 'insert', 'capture', 'time_host_phases', 'step', 'pool'}."""
+
 def check_chunk(config: Any, chunk: Any, layers: Optional[Any], insert: bool) -> Dict[str, Any]:
     """The executor's chunk checks without a GPU: {'status', 'requests', 'tokens', 'new_compressed_rows', 'derive_slots', 'bad_request', 'bad_field'}."""
 
 # ----------------------------------------------------------------------------------------- executor
 class RunError(RuntimeError):
-    """Executor.run(check=True) refused or failed a step; `result` holds the RunResult."""
+    """Executor.run() / run_step() with check=True refused or failed a step; `result` holds the RunResult."""
 
     result: "RunResult"
 
 class RunResult:
-    """What one Executor.run() / run_eager() reported (never raised unless check=True)."""
+    """What one Executor.run() / run_eager() / run_step() / run_step_eager() reported (never raised unless check=True)."""
 
     @property
     def status(self) -> str:
@@ -161,6 +167,15 @@ class RunResult:
     def cuda(self) -> Optional[str]:
         """cuda_error: the CUDA error's name, else None."""
     @property
+    def chunks(self) -> int:
+        """run_step: the chunks the step was split into (0 for a step of no requests, or one the split refused)."""
+    @property
+    def bad_chunk(self) -> int:
+        """run_step: the chunk at fault (-1: none, or the whole step); bad_request is then the step's index."""
+    @property
+    def bad_reason(self) -> Optional[str]:
+        """What is wrong with bad_field, in words, else None."""
+    @property
     def waited_us(self) -> float:
         """Microseconds the host waited for the device to release a staging block."""
     @property
@@ -187,6 +202,10 @@ class Executor:
         """Replays the chunk's graph on `stream` (None: the executor's stream); a RunResult."""
     def run_eager(self, chunk: Any, stream: Optional[Any] = None, program: int = 0, check: bool = False) -> RunResult:
         """The same recording launched kernel by kernel; a RunResult."""
+    def run_step(self, step: Any, stream: Optional[Any] = None, program: int = 0, check: bool = False) -> RunResult:
+        """Every request of a step in one launch of the step graph on `stream` (None: the executor's stream); a RunResult with `chunks`."""
+    def run_step_eager(self, step: Any, stream: Optional[Any] = None, program: int = 0, check: bool = False) -> RunResult:
+        """The same step launched from a host loop, chunk by chunk; a RunResult."""
     def synchronize(self) -> None:
         """Waits for every submitted step."""
     def read_status(self) -> Dict[str, Any]:
@@ -208,6 +227,15 @@ class Executor:
     @property
     def device(self) -> int:
         """The CUDA device the executor runs on."""
+    @property
+    def max_step_requests(self) -> int:
+        """The most requests run_step() takes (0: no steps)."""
+    @property
+    def max_step_tokens(self) -> int:
+        """The most tokens run_step() takes (0: no steps)."""
+    @property
+    def max_step_chunks(self) -> int:
+        """The most chunks a step splits into (0: no steps)."""
     @property
     def programs(self) -> int:
         """Number of layer programs."""
@@ -270,7 +298,7 @@ class ChunkPlan:
         """The slot of each row the chunk completes in the cache of ratio r."""
 
 class StepPlan:
-    """One scheduler step: its chunks, in the order they must run."""
+    """One scheduler step: its chunks, in the order they must run (Executor.run_step takes it whole)."""
 
     @property
     def step(self) -> int: ...
@@ -309,7 +337,7 @@ class SyntheticFront:
 
     def __init__(self, layers: Any) -> None: ...
     def run(self, chunk: Any, seed: int, step: int, stream: int) -> None:
-        """Fills the chunk's K rows, compressed K rows and top-k indices of every layer on `stream`."""
+        """Fills the chunk's K rows, compressed K rows and top-k indices of every layer on `stream` (a StepPlan: the whole step's rows)."""
 
 def synthetic_fill_query(q: Array, seed: int, layer: int, stream: int) -> None:
     """Fills every value of q with front_q_value(seed, layer, i)."""

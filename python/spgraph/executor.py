@@ -3,7 +3,9 @@
 ``spgraph.Executor(config, buffers=..., **options)`` is the C++ ``graphs::Executor``: it plans a
 pool for what the caller did not bind, captures one graph per (program, chunk shape, staging
 block) at :meth:`Executor.warmup`, and replays the chunk's graph on :meth:`Executor.run` -- one
-graph launch per chunk, no allocation, no host sync. Engine-owned buffers (DLPack arrays: torch
+graph launch per chunk, no allocation, no host sync. With the step options (``max_step_requests``,
+``max_step_tokens``) :meth:`Executor.run_step` runs every request of a step in one launch of the
+step graph, each chunk on its own rows of the step-sized buffers. Engine-owned buffers (DLPack arrays: torch
 tensors, CuPy, JAX) are bound in place; every buffer, bound or pooled, comes back as a zero-copy
 view (:meth:`Executor.layer`, :meth:`Executor.workspace`) that keeps the executor alive.
 
@@ -31,6 +33,8 @@ __all__ = [
     "plan",
     "check_buffers",
     "check_chunk",
+    "check_step",
+    "plan_executor",
     "BUFFER_NAMES",
 ]
 
@@ -150,7 +154,11 @@ class Executor(_C.Executor):
             1.5x steps), ``programs`` (layer lists; default one program of every layer),
             ``insert`` (record the insert stage, default True), ``capture`` (default True;
             False: eager only), ``time_host_phases`` (fill RunResult's staging/launch/record
-            microseconds), ``device`` (default: the bound buffers', else the current device).
+            microseconds), ``device`` (default: the bound buffers', else the current device),
+            ``max_step_requests`` and ``max_step_tokens`` (the largest step :meth:`run_step`
+            takes, in [1, 4096] and [1, 2**20]; both 0, the default: no steps). With steps the
+            row-indexed buffers hold max(T, S) rows (S = max_step_tokens; compressed_k_rows
+            max(T // r + R, S // r + Q)), bound ones included: a smaller binding is refused.
 
     Raises:
         TypeError, ValueError: a bad config, option or binding, with the C++ message naming the
@@ -162,8 +170,9 @@ class Executor(_C.Executor):
 
     An executor is not thread-safe: one thread at a time (a second gets RuntimeError). Methods:
     :meth:`warmup`, ``run(chunk, stream=None, program=0, check=False)``, ``run_eager(...)``,
-    ``synchronize()``, ``read_status()``, :meth:`layer`, :meth:`workspace`, :meth:`pool`.
-    ``run`` and ``run_eager`` return a :class:`RunResult` and raise only on misuse (a chunk that
+    :meth:`run_step`, :meth:`run_step_eager`, ``synchronize()``, ``read_status()``,
+    :meth:`layer`, :meth:`workspace`, :meth:`pool`. ``run``, ``run_eager``, ``run_step`` and
+    ``run_step_eager`` return a :class:`RunResult` and raise only on misuse (a chunk or step that
     cannot be read: TypeError/ValueError), never for a refused step unless ``check=True``
     (``spgraph.RunError``).
     """
@@ -183,6 +192,37 @@ class Executor(_C.Executor):
             ``pool_allocation_calls``, ``kernel_launches_per_step``.
         """
         return super().warmup()
+
+    def run_step(self, step: Any, stream: Any = None, program: int = 0, check: bool = False) -> RunResult:
+        """Every request of a step in one graph launch (docs/graphs.md, "Steps").
+
+        Args:
+            step: the step's requests in the forms :meth:`run` takes a chunk's (a
+                :class:`Chunk`, a dict, any object with ``query_lens``/``query_start_loc``,
+                ``seq_lens``, ``swa_block_table``, ``compressed_block_tables``; lists, NumPy or
+                CPU-tensor arrays), or a scheduler :class:`StepPlan` (its chunks' pieces merged
+                back into requests). Up to max_step_requests requests and max_step_tokens
+                tokens; no slot lists (the device derives the insert slots).
+            stream: None (the executor's stream), an int handle or a stream object.
+            program: the layer program.
+            check: raise :class:`RunError` for a refused step instead of returning it.
+
+        The executor splits the step into chunks of at most R requests and T tokens (the
+        scheduler's rule); chunk c reads its q, top-k and K rows and writes out/lse/max_logits
+        at rows [offset_c, offset_c + its tokens) of the step-sized buffers, offset_c the tokens
+        of the chunks before it. Refusals (nothing written): ``no_bucket`` with bad_field
+        ``step.requests`` / ``step.tokens`` for a step over the maxima; ``bad_chunk`` naming the
+        step's request (``bad_request``), the chunk (``bad_chunk``) and the field.
+
+        Returns:
+            A :class:`RunResult`; ``chunks`` is the number of chunks the step ran.
+        """
+        return _C.Executor.run_step(self, step, stream, program, check)
+
+    def run_step_eager(self, step: Any, stream: Any = None, program: int = 0, check: bool = False) -> RunResult:
+        """:meth:`run_step` launched from a host loop (per chunk its kernels), for comparison;
+        works with ``capture=False`` too."""
+        return _C.Executor.run_step_eager(self, step, stream, program, check)
 
     def layer(self, layer: int) -> LayerBuffers:
         """Every buffer of layer ``layer``, bound or pooled, as zero-copy views (None where the
@@ -208,7 +248,8 @@ class Executor(_C.Executor):
 
 
 def plan(config: PipelineConfig, engine_buffers: Union[bool, Collection[str]] = False, *,
-         buffers: Optional[Sequence[Any]] = None, insert: bool = True) -> PoolPlan:
+         buffers: Optional[Sequence[Any]] = None, insert: bool = True, max_step_requests: int = 0,
+         max_step_tokens: int = 0) -> PoolPlan:
     """The pool an executor would plan, without a GPU (``serve_loop --plan``).
 
     Args:
@@ -218,11 +259,18 @@ def plan(config: PipelineConfig, engine_buffers: Union[bool, Collection[str]] = 
             "compressed_cache"}``): those bound in every layer; False: everything pooled.
         buffers: the bindings themselves (as Executor takes them), instead of engine_buffers.
         insert: whether the executor records the insert stage (K rows planned).
+        max_step_requests, max_step_tokens: the executor's step options (``serve_loop --plan
+            --one-launch``): the layer buffers at a step's rows and the step slots. For
+            ``buffers`` with step options use :func:`plan_executor`.
     """
     if buffers is not None:
+        if max_step_requests or max_step_tokens:
+            raise ValueError("plan(buffers=...) plans no steps; use plan_executor(config, buffers, max_step_requests=..., "
+                             "max_step_tokens=...)")
         config.validate()
         return PoolPlan(**_C.plan_bound(config, buffers, bool(insert)))
-    return PoolPlan(**_C.plan_pool(config, engine_buffers, bool(insert)))
+    return PoolPlan(**_C.plan_pool(config, engine_buffers, bool(insert), int(max_step_requests),
+                                   int(max_step_tokens)))
 
 
 def check_buffers(config: PipelineConfig, buffers: Sequence[Any], programs: Optional[Sequence[Sequence[int]]] = None,
@@ -241,3 +289,31 @@ def check_chunk(config: PipelineConfig, chunk: Any, layers: Optional[Sequence[in
         'bad_request', 'bad_field'}``; status is 'ok', 'no_bucket' or 'bad_chunk'.
     """
     return _C.check_chunk(config, chunk, None if layers is None else list(layers), bool(insert))
+
+
+def check_step(config: PipelineConfig, step: Any, program: int = 0, **options: Any) -> RunResult:
+    """What :meth:`Executor.run_step` would refuse, without a GPU: the executor's host checks of
+    ``options`` (as ``Executor(config, **options)`` takes them), then its split of ``step`` and
+    each chunk's checks, in its order.
+
+    Returns:
+        A :class:`RunResult`: ``'ok'`` with ``chunks``, or the refusal (``no_bucket`` naming
+        ``step.requests`` / ``step.tokens``, ``bad_chunk`` naming the request, chunk and field;
+        ``not_warmed_up`` without step options). ``message`` is the text ``check=True`` raises.
+
+    Raises:
+        TypeError, ValueError: options the executor refuses, or a step that cannot be read.
+    """
+    return _C.check_step(config, step, options, int(program))
+
+
+def plan_executor(config: PipelineConfig, buffers: Optional[Sequence[Any]] = None, **options: Any) -> Dict[str, Any]:
+    """The executor's host-side plan for ``Executor(config, buffers, **options)``, without a GPU:
+    ``{'buckets': [(R, T), ...], 'programs', 'insert', 'capture', 'time_host_phases', 'step':
+    {'max_step_requests', 'max_step_tokens', 'max_chunks', 'staging_bytes'}, 'pool': {...}}``.
+
+    Raises:
+        TypeError, ValueError: what the Executor's constructor raises before its first CUDA call
+            (a bad option, a binding too small for the step options, ...).
+    """
+    return _C.plan_executor(config, buffers, options)

@@ -48,7 +48,9 @@ class SyntheticFront(_C.SyntheticFront):
 
     def run(self, chunk: Any, seed: int, step: int, stream: Stream) -> None:
         """Fills the chunk's K rows, compressed K rows and top-k indices of every layer on
-        ``stream``; ``step`` is the front's counter (serve_loop: the chunk's global index)."""
+        ``stream``; ``step`` is the front's counter (serve_loop: the chunk's global index). Given a
+        StepPlan, fills the whole step's rows at once (serve_loop --one-launch's front: every
+        chunk's tokens and completed compressed rows in chunk order; ``step``: the launch index)."""
         super().run(chunk, int(seed), int(step), stream_handle(stream))
 
 

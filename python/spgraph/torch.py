@@ -364,8 +364,8 @@ except ImportError:  # pragma: no cover - older or CPU-only builds
 
 class Executor(_executor.Executor):
     """:class:`spgraph.Executor` for PyTorch: views are torch tensors (zero-copy, each keeping the
-    executor alive) and ``run(chunk)`` / ``run_eager(chunk)`` launch on
-    ``torch.cuda.current_stream()`` of the executor's device unless a stream is given (a
+    executor alive) and ``run(chunk)`` / ``run_eager(chunk)`` (``run_step(step)`` / ``run_step_eager(step)``
+    likewise) launch on ``torch.cuda.current_stream()`` of the executor's device unless a stream is given (a
     ``torch.cuda.Stream``, an int handle). Writes of q, top-k and the K rows made on the current
     stream before ``run`` are therefore ordered before the step, and the outputs are ready in the
     current stream's order after it (docs/graphs.md, "The caller's stream").
@@ -384,3 +384,14 @@ class Executor(_executor.Executor):
         """The same recording launched kernel by kernel on ``stream`` (default: the current torch stream)."""
         return _C.Executor.run_eager(self, chunk, _raw_stream(self.device) if stream is None else stream, program,
                                      check)
+
+    def run_step(self, step, stream=None, program: int = 0, check: bool = False):
+        """A whole step in one graph launch on ``stream`` (default: the current torch stream); a RunResult
+        (see :meth:`spgraph.Executor.run_step`)."""
+        return _C.Executor.run_step(self, step, _raw_stream(self.device) if stream is None else stream, program,
+                                    check)
+
+    def run_step_eager(self, step, stream=None, program: int = 0, check: bool = False):
+        """The same step launched from a host loop on ``stream`` (default: the current torch stream)."""
+        return _C.Executor.run_step_eager(self, step, _raw_stream(self.device) if stream is None else stream,
+                                          program, check)

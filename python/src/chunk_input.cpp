@@ -21,8 +21,9 @@ struct Where {
   int key{-1};
   int row{-1};
   int col{-1};
+  const char* root{"chunk"};  // "chunk" or "step"
   [[nodiscard]] std::string str() const {
-    std::string s = std::string("chunk.") + field;
+    std::string s = std::string(root) + "." + field;
     for (int i : {key, row, col}) {
       if (i >= 0) s += "[" + std::to_string(i) + "]";
     }
@@ -48,7 +49,7 @@ nb::handle field(nb::handle chunk, const char* name, nb::object& keep) {
   return keep;
 }
 
-void check_dict_keys(nb::handle chunk) {
+void check_dict_keys(nb::handle chunk, const char* root) {
   for (auto [key, value] : nb::borrow<nb::dict>(chunk)) {
     (void)value;
     bool known = false;
@@ -59,7 +60,8 @@ void check_dict_keys(nb::handle chunk) {
     if (!known) {
       std::string all;
       for (const char* f : kChunkFields) all += std::string(all.empty() ? "" : ", ") + f;
-      throw nb::value_error(("the chunk has the key " + std::string(nb::repr(key).c_str()) + "; its fields are " + all)
+      throw nb::value_error(("the " + std::string(root) + " has the key " + std::string(nb::repr(key).c_str()) +
+                             "; its fields are " + all)
                                 .c_str());
     }
   }
@@ -248,10 +250,10 @@ Ints read_ints(nb::handle v, const Where& w, std::int32_t* dst, std::size_t cap,
   throw nb::type_error((w.str() + " must be a list of ints or a 1-D integer array, not " + py_type_name(v)).c_str());
 }
 
-int ratio_key(nb::handle key, const char* what) {
-  const int r = int_value(key, std::string("chunk.") + what + " key", kInt32Min, kInt32Max);
+int ratio_key(nb::handle key, const char* what, const char* root) {
+  const int r = int_value(key, std::string(root) + "." + what + " key", kInt32Min, kInt32Max);
   if (r != 4 && r != 128) {
-    throw nb::value_error(("chunk." + std::string(what) + " has the key " + std::to_string(r) +
+    throw nb::value_error((std::string(root) + "." + what + " has the key " + std::to_string(r) +
                            "; the compression ratios are 4 and 128")
                               .c_str());
   }
@@ -260,15 +262,17 @@ int ratio_key(nb::handle key, const char* what) {
 
 }  // namespace
 
-ChunkReader::ChunkReader(const model::PipelineConfig& config)
-    : max_requests_(config.max_requests),
+ChunkReader::ChunkReader(const model::PipelineConfig& config, int max_requests, bool step)
+    : what_(step ? "step" : "chunk"),
+      step_(step),
+      max_requests_(std::max(max_requests, 0)),
       max_model_len_(config.max_model_len),
       window_(config.window()),
       swa_block_size_(config.cache.swa_block_size),
       block_tokens_(config.cache.block_tokens),
       swa_width_(static_cast<std::size_t>(config.swa_blocks_per_request())),
       compressed_width_(static_cast<std::size_t>(config.compressed_blocks_per_request())),
-      held_(4 * (static_cast<std::size_t>(config.max_requests) + 1) + 8) {
+      held_(4 * (static_cast<std::size_t>(std::max(max_requests, 0)) + 1) + 8) {
   const auto slots = static_cast<std::size_t>(max_requests_) + 1;
   requests_.resize(slots);
   for (auto& l : lens_) l.resize(slots + 1);  // query_start_loc takes one more
@@ -291,6 +295,22 @@ void HeldArrays::release() noexcept {
   arrays_.clear();
 }
 
+namespace {
+
+/// Request b of a scheduler plan: its lengths, and its block tables as spans into the plan.
+graphs::RequestInput plan_request(const scheduler::ChunkPlan& p, std::size_t b) {
+  graphs::RequestInput r;
+  r.query_len = p.query_lens[b];
+  r.seq_len = p.seq_lens[b];
+  for (const scheduler::ChunkCachePlan& c : p.caches) {
+    if (b >= c.block_tables.size()) continue;
+    (c.ratio == 1 ? r.swa_blocks : r.compressed_blocks[graphs::ratio_index(c.ratio)]) = c.block_tables[b];
+  }
+  return r;
+}
+
+}  // namespace
+
 void ChunkReader::read_plan(const PlannedChunk& chunk) {
   const scheduler::ChunkPlan& p = chunk.plan;
   if (p.num_requests > max_requests_) {  // a plan of another config: the encoder's no_bucket
@@ -299,21 +319,67 @@ void ChunkReader::read_plan(const PlannedChunk& chunk) {
     return;
   }
   const auto n = static_cast<std::size_t>(p.num_requests);
-  for (std::size_t b = 0; b < n; ++b) {
-    graphs::RequestInput& r = requests_[b];
-    r = graphs::RequestInput{};
-    r.query_len = p.query_lens[b];
-    r.seq_len = p.seq_lens[b];
-  }
-  for (const scheduler::ChunkCachePlan& c : p.caches) {
-    const int i = graphs::ratio_index(c.ratio);
-    for (std::size_t b = 0; b < n && b < c.block_tables.size(); ++b) {
-      (c.ratio == 1 ? requests_[b].swa_blocks : requests_[b].compressed_blocks[i]) = c.block_tables[b];
+  for (std::size_t b = 0; b < n; ++b) requests_[b] = plan_request(p, b);
+  if (chunk.slot_lists && !step_) {  // a step carries no slot lists
+    for (const scheduler::ChunkCachePlan& c : p.caches) {
+      const int i = graphs::ratio_index(c.ratio);
+      (c.ratio == 1 ? input_.swa_slots : input_.compressed_slots[i]) = c.slot_mapping;
     }
-    if (!chunk.slot_lists) continue;
-    (c.ratio == 1 ? input_.swa_slots : input_.compressed_slots[i]) = c.slot_mapping;
   }
   input_.requests = std::span<const graphs::RequestInput>(requests_.data(), n);
+}
+
+void ChunkReader::read_planned_step(const PlannedStep& step) {
+  std::size_t n = 0;
+  std::int64_t last_id = -1;
+  const auto cap = static_cast<std::size_t>(max_requests_);
+  for (nb::handle h : step.chunks) {
+    if (!nb::isinstance<PlannedChunk>(h)) {
+      throw nb::type_error(("step.chunks holds a " + py_type_name(h) + "; a StepPlan's chunks are ChunkPlans").c_str());
+    }
+    const scheduler::ChunkPlan& p = nb::inst_ptr<PlannedChunk>(h)->plan;
+    for (std::size_t b = 0; b < static_cast<std::size_t>(p.num_requests); ++b) {
+      const graphs::RequestInput r = plan_request(p, b);
+      // A request continues from one chunk into the next only as the last piece of the one and
+      // the first of the other (the split rule): merging neighbours restores the request.
+      if (b == 0 && n > 0 && p.request_ids[b] == last_id) {
+        const int query_len = requests_[n - 1].query_len + r.query_len;
+        requests_[n - 1] = r;
+        requests_[n - 1].query_len = query_len;
+      } else if (n == cap) {  // more requests than a step holds: the split's step.requests, read no further
+        for (auto& q : requests_) q = graphs::RequestInput{};
+        input_.requests = std::span<const graphs::RequestInput>(requests_.data(), cap + 1);
+        return;
+      } else {
+        requests_[n++] = r;
+      }
+      last_id = p.request_ids[b];
+    }
+  }
+  input_.requests = std::span<const graphs::RequestInput>(requests_.data(), n);
+}
+
+const graphs::StepInput& ChunkReader::read_step(nb::handle step) {
+  if (nb::isinstance<PlannedStep>(step)) {
+    held_.release();
+    input_ = graphs::ChunkInput{};
+    read_planned_step(*nb::inst_ptr<PlannedStep>(step));
+  } else {
+    if (!nb::isinstance<PlannedChunk>(step)) {
+      for (const char* name : {"swa_slots", "compressed_slots"}) {
+        nb::object keep;
+        if (!field(step, name, keep).is_none()) {
+          throw nb::value_error(("step." + std::string(name) +
+                                 " is given; a step carries no slot lists (the device derives the insert slots from "
+                                 "the block tables)")
+                                    .c_str());
+        }
+      }
+    }
+    read(step);
+  }
+  step_input_.requests = input_.requests;
+  return step_input_;
 }
 
 void ChunkReader::read_table(nb::handle table, const char* what, int ratio, int requests) {
@@ -345,7 +411,7 @@ void ChunkReader::read_table(nb::handle table, const char* what, int ratio, int 
   const bool array = !PyList_Check(table.ptr()) && !PyTuple_Check(table.ptr()) && is_array(table);
   if (!array && sequence_items(table, items, false)) {
     if (items.size < static_cast<std::size_t>(requests)) {
-      throw nb::value_error((Where{what, key}.str() + " has " + std::to_string(items.size) + " rows; the chunk has " +
+      throw nb::value_error((Where{what, key, -1, -1, what_}.str() + " has " + std::to_string(items.size) + " rows; the " + what_ + " has " +
                              std::to_string(requests) + " requests")
                                 .c_str());
     }
@@ -353,21 +419,21 @@ void ChunkReader::read_table(nb::handle table, const char* what, int ratio, int 
       std::size_t lo = 0;
       std::size_t hi = 0;
       range(b, lo, hi);
-      const Ints row = read_ints(items.items[b], Where{what, key, b}, storage.data() + static_cast<std::size_t>(b) * width,
+      const Ints row = read_ints(items.items[b], Where{what, key, b, -1, what_}, storage.data() + static_cast<std::size_t>(b) * width,
                                  width, lo, hi, held_);
       span_of(b) = std::span<const std::int32_t>(row.data, row.size);
     }
     return;
   }
   if (!array) {
-    throw nb::type_error((Where{what, key}.str() + " must be a 2-D integer array [requests, width] or a list of "
+    throw nb::type_error((Where{what, key, -1, -1, what_}.str() + " must be a 2-D integer array [requests, width] or a list of "
                                                    "per-request lists, not " +
                           py_type_name(table))
                              .c_str());
   }
-  const HostArray a = host_array(table, Where{what, key}, 2, "2-D [requests, width]", held_);
+  const HostArray a = host_array(table, Where{what, key, -1, -1, what_}, 2, "2-D [requests, width]", held_);
   if (a.shape[0] < requests) {
-    throw nb::value_error((Where{what, key}.str() + " has " + std::to_string(a.shape[0]) + " rows; the chunk has " +
+    throw nb::value_error((Where{what, key, -1, -1, what_}.str() + " has " + std::to_string(a.shape[0]) + " rows; the " + what_ + " has " +
                            std::to_string(requests) + " requests")
                               .c_str());
   }
@@ -384,7 +450,7 @@ void ChunkReader::read_table(nb::handle table, const char* what, int ratio, int 
     const std::size_t size = std::min(cols, width);
     std::int32_t* dst = storage.data() + static_cast<std::size_t>(b) * width;
     for (std::size_t j = lo; j < std::min(hi, size); ++j) {
-      dst[j] = a.at(b * a.stride[0] + static_cast<std::int64_t>(j) * a.stride[1], Where{what, key, b, static_cast<int>(j)});
+      dst[j] = a.at(b * a.stride[0] + static_cast<std::int64_t>(j) * a.stride[1], Where{what, key, b, static_cast<int>(j), what_});
     }
     span_of(b) = std::span<const std::int32_t>(dst, size);
   }
@@ -393,7 +459,7 @@ void ChunkReader::read_table(nb::handle table, const char* what, int ratio, int 
 void ChunkReader::read_slots(nb::handle slots, const char* what, int ratio, std::vector<std::int32_t>& storage,
                              std::span<const std::int32_t>& out) {
   if (slots.is_none()) return;
-  const Ints s = read_ints(slots, Where{what, ratio == 1 ? -1 : ratio}, storage.data(), storage.size(), 0,
+  const Ints s = read_ints(slots, Where{what, ratio == 1 ? -1 : ratio, -1, -1, what_}, storage.data(), storage.size(), 0,
                            storage.size(), held_);
   out = std::span<const std::int32_t>(s.data, s.size);
 }
@@ -405,7 +471,7 @@ const graphs::ChunkInput& ChunkReader::read(nb::handle chunk) {
     read_plan(*nb::inst_ptr<PlannedChunk>(chunk));
     return input_;
   }
-  if (PyDict_Check(chunk.ptr())) check_dict_keys(chunk);
+  if (PyDict_Check(chunk.ptr())) check_dict_keys(chunk, what_);
   const auto cap = static_cast<std::size_t>(max_requests_) + 1;
   nb::object k0, k1, k2;
   const nb::handle seq = field(chunk, "seq_lens", k0);
@@ -413,16 +479,16 @@ const graphs::ChunkInput& ChunkReader::read(nb::handle chunk) {
   const bool from_starts = lens.is_none();
   if (from_starts) lens = field(chunk, "query_start_loc", k2);
   if (seq.is_none() || lens.is_none()) {
-    throw nb::type_error(("a chunk needs seq_lens and query_lens (or query_start_loc); got a " + py_type_name(chunk) +
+    throw nb::type_error(("a " + std::string(what_) + " needs seq_lens and query_lens (or query_start_loc); got a " + py_type_name(chunk) +
                           " without " + (seq.is_none() ? "seq_lens" : "query_lens"))
                              .c_str());
   }
-  const Ints s = read_ints(seq, Where{"seq_lens"}, lens_[1].data(), cap, 0, cap, held_);
-  const Ints q = read_ints(lens, Where{from_starts ? "query_start_loc" : "query_lens"}, lens_[0].data(), cap + 1, 0,
+  const Ints s = read_ints(seq, Where{"seq_lens", -1, -1, -1, what_}, lens_[1].data(), cap, 0, cap, held_);
+  const Ints q = read_ints(lens, Where{from_starts ? "query_start_loc" : "query_lens", -1, -1, -1, what_}, lens_[0].data(), cap + 1, 0,
                            cap + 1, held_);
   const std::size_t requests = from_starts ? (q.length > 0 ? q.length - 1 : 0) : q.length;
   if (s.length != requests) {
-    throw nb::value_error(("chunk.seq_lens has " + std::to_string(s.length) + " entries but chunk." +
+    throw nb::value_error((std::string(what_) + ".seq_lens has " + std::to_string(s.length) + " entries but " + what_ + "." +
                            (from_starts ? "query_start_loc has " + std::to_string(q.length) + " (requests + 1)"
                                         : "query_lens has " + std::to_string(q.length)))
                               .c_str());
@@ -444,21 +510,21 @@ const graphs::ChunkInput& ChunkReader::read(nb::handle chunk) {
   const nb::handle compressed = field(chunk, "compressed_block_tables", k4);
   if (!compressed.is_none()) {
     if (!PyDict_Check(compressed.ptr())) {
-      throw nb::type_error(("chunk.compressed_block_tables must be a dict {ratio: table}, not " + py_type_name(compressed))
+      throw nb::type_error((std::string(what_) + ".compressed_block_tables must be a dict {ratio: table}, not " + py_type_name(compressed))
                                .c_str());
     }
     for (auto [key, table] : nb::borrow<nb::dict>(compressed)) {
-      read_table(table, "compressed_block_tables", ratio_key(key, "compressed_block_tables"), n);
+      read_table(table, "compressed_block_tables", ratio_key(key, "compressed_block_tables", what_), n);
     }
   }
   read_slots(field(chunk, "swa_slots", k5), "swa_slots", 1, swa_slots_, input_.swa_slots);
   const nb::handle cslots = field(chunk, "compressed_slots", k6);
   if (!cslots.is_none()) {
     if (!PyDict_Check(cslots.ptr())) {
-      throw nb::type_error(("chunk.compressed_slots must be a dict {ratio: slots}, not " + py_type_name(cslots)).c_str());
+      throw nb::type_error((std::string(what_) + ".compressed_slots must be a dict {ratio: slots}, not " + py_type_name(cslots)).c_str());
     }
     for (auto [key, slots] : nb::borrow<nb::dict>(cslots)) {
-      const int r = ratio_key(key, "compressed_slots");
+      const int r = ratio_key(key, "compressed_slots", what_);
       const int i = graphs::ratio_index(r);
       read_slots(slots, "compressed_slots", r, compressed_slots_[i], input_.compressed_slots[i]);
     }

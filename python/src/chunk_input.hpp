@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "spgraph/graphs/chunk_format.hpp"
+#include "spgraph/graphs/step.hpp"
 #include "spgraph/model/pipeline_config.hpp"
 #include "spgraph/scheduler/chunk_plan.hpp"
 
@@ -31,6 +32,16 @@ namespace spg::python {
 struct PlannedChunk {
   scheduler::ChunkPlan plan;
   bool slot_lists{false};
+};
+
+/// @brief A scheduler step as Python holds it (spgraph.StepPlan): its chunks as spgraph.ChunkPlan
+///        objects (owning their plans), in the order they run.
+struct PlannedStep {
+  std::int64_t step{0};
+  nanobind::list chunks;
+  std::vector<std::int64_t> started;
+  std::vector<std::int64_t> finished;
+  int num_tokens{0};
 };
 
 /// @brief The caller's host arrays a read() took (through the buffer protocol or DLPack), held
@@ -57,7 +68,11 @@ class HeldArrays {
 
 class ChunkReader {
  public:
-  explicit ChunkReader(const model::PipelineConfig& config);
+  /// A reader of chunks (up to config.max_requests requests).
+  explicit ChunkReader(const model::PipelineConfig& config) : ChunkReader(config, config.max_requests, false) {}
+  /// A reader of up to `max_requests` requests: of chunks, or with `step` of whole steps
+  /// (read_step; messages then name "step.<field>").
+  ChunkReader(const model::PipelineConfig& config, int max_requests, bool step);
 
   /// The chunk as a ChunkInput over this reader's storage, the plan's vectors or the caller's
   /// int32 arrays (held until the next read() or release()). A chunk of more than max_requests
@@ -67,15 +82,25 @@ class ChunkReader {
   ///         a non-integer, an entry past int32, device memory, query_lens and seq_lens of
   ///         different lengths, fewer block-table rows than requests).
   const graphs::ChunkInput& read(nanobind::handle chunk);
+  /// A step (a step reader only): the same forms as read() takes, or a spgraph.StepPlan (its
+  /// chunks' pieces merged back into requests, as scheduler::StepPlan::input() merges them), as
+  /// the executor's StepInput over this reader's storage. A step carries no slot lists (the device
+  /// derives the insert slots): swa_slots / compressed_slots are refused. A step of more than
+  /// max_requests requests reads as max_requests + 1 unread requests (the split's "step.requests").
+  /// @throws as read(), and nb::value_error for slot lists.
+  const graphs::StepInput& read_step(nanobind::handle step);
   /// Drops the references to the caller's arrays.
   void release() noexcept { held_.release(); }
 
  private:
   void read_plan(const PlannedChunk& chunk);
+  void read_planned_step(const PlannedStep& step);
   void read_table(nanobind::handle table, const char* what, int ratio, int requests);
   void read_slots(nanobind::handle slots, const char* what, int ratio, std::vector<std::int32_t>& storage,
                   std::span<const std::int32_t>& out);
 
+  const char* what_;  // "chunk" or "step": the root of every field a message names
+  bool step_;
   int max_requests_;
   int max_model_len_;
   int window_;
@@ -91,6 +116,7 @@ class ChunkReader {
   std::vector<std::int32_t> compressed_slots_[graphs::kNumRatios];   // compressed_slot_capacity(r) + 1
   HeldArrays held_;                                            // arrays read (in place or not)
   graphs::ChunkInput input_;
+  graphs::StepInput step_input_;
 };
 
 }  // namespace spg::python

@@ -12,6 +12,7 @@
 #include "spgraph/graphs/buckets.hpp"
 #include "spgraph/graphs/layer_buffers.hpp"
 #include "spgraph/graphs/pipeline_pool.hpp"
+#include "spgraph/graphs/step.hpp"
 #include "spgraph/memory/pool_plan.hpp"
 
 namespace spg::python {
@@ -85,8 +86,13 @@ const char* kind_name(memory::MemoryKind k) { return k == memory::MemoryKind::de
 
 /// plan(config, bound, insert): `bound` is True/False (every buffer of every layer the engine's,
 /// or none) or a collection of buffer names bound in every layer ("swa_cache", ...).
-nb::dict plan_pool(nb::handle config, nb::handle bound, bool insert) {
+nb::dict plan_pool(nb::handle config, nb::handle bound, bool insert, int max_step_requests, int max_step_tokens) {
   const model::PipelineConfig c = pipeline_config(config);
+  const bool steps = max_step_requests != 0 || max_step_tokens != 0;
+  if (steps) c.validate();  // before the step layout is sized from it
+  // The step layout checks the step options (and its slots follow the layer buffers, as the executor plans them).
+  const graphs::StepLayout layout = steps ? graphs::StepLayout::make(c, max_step_requests, max_step_tokens)
+                                          : graphs::StepLayout{};
   std::vector<bool> names(std::size(graphs::kLayerBuffers), false);
   if (PyBool_Check(bound.ptr())) {
     names.assign(names.size(), bound.ptr() == Py_True);
@@ -113,9 +119,10 @@ nb::dict plan_pool(nb::handle config, nb::handle bound, bool insert) {
       }
     }
   }
-  const memory::PoolPlan plan = graphs::plan_pipeline_pool(
+  memory::PoolPlan plan = graphs::plan_pipeline_pool(
       c, [&](std::size_t, graphs::LayerBuffer b) { return static_cast<bool>(names[static_cast<std::size_t>(b)]); },
-      insert);
+      insert, graphs::StepBounds{max_step_requests, max_step_tokens});
+  if (steps) graphs::plan_step_slots(plan, layout);
   return plan_dict(plan);
 }
 
@@ -273,8 +280,10 @@ void bind_config(nb::module_& m) {
         return d;
       },
       "config"_a, "Values derived from a config: window, block-table widths, M_max, combined widths, labels.");
-  m.def("plan_pool", &plan_pool, "config"_a, "engine_buffers"_a, "insert"_a,
-        "The pool plan_pipeline_pool lays out (no GPU needed): {'slots', 'device_bytes', 'pinned_bytes', 'table'}.");
+  m.def("plan_pool", &plan_pool, "config"_a, "engine_buffers"_a, "insert"_a, "max_step_requests"_a = 0,
+        "max_step_tokens"_a = 0,
+        "The pool plan_pipeline_pool lays out (no GPU needed), with the step options the step-sized buffers and "
+        "the step slots: {'slots', 'device_bytes', 'pinned_bytes', 'table'}.");
   m.def(
       "bucket_set",
       [](nb::handle config, const std::vector<int>& r_buckets, const std::vector<int>& t_buckets) {

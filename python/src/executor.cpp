@@ -38,23 +38,40 @@ const char* status_key(graphs::RunStatus s) noexcept {
   return "unknown";
 }
 
-/// A step's RunResult with its bucket's shape (R_bucket, T_bucket: -1 without a bucket).
+/// A run's RunResult with its bucket's shape (R_bucket, T_bucket: -1 without a bucket); `step`
+/// for run_step()'s (a whole step), `no_steps` when that executor has no step options.
 struct StepResult {
   graphs::RunResult r;
   int r_bucket{-1};
   int t_bucket{-1};
+  bool step{false};
+  bool no_steps{false};
 };
 
 std::string describe(const StepResult& s) {
-  std::string m = std::string("run: ") + status_key(s.r.status) + ": " + graphs::run_status_name(s.r.status);
-  if (s.r.status == graphs::RunStatus::bad_chunk) {
+  std::string m = std::string(s.step ? "run_step: " : "run: ") + status_key(s.r.status) + ": " +
+                  graphs::run_status_name(s.r.status);
+  // bad_chunk, and a step over its maxima (no_bucket naming step.requests / step.tokens).
+  const bool over_step = s.r.status == graphs::RunStatus::no_bucket && s.r.bad_field != nullptr;
+  if (s.r.status == graphs::RunStatus::bad_chunk || over_step) {
     m += " (";
-    m += s.r.bad_request >= 0 ? "request " + std::to_string(s.r.bad_request) + ", " : std::string("chunk-wide, ");
-    m += std::string("field ") + (s.r.bad_field != nullptr ? s.r.bad_field : "?") + ")";
+    if (s.r.bad_chunk >= 0) m += "chunk " + std::to_string(s.r.bad_chunk) + ", ";
+    if (s.r.bad_request >= 0) {
+      m += "request " + std::to_string(s.r.bad_request) + ", ";
+    } else {
+      m += s.step && s.r.bad_chunk < 0 ? "step-wide, " : "chunk-wide, ";
+    }
+    m += std::string("field ") + (s.r.bad_field != nullptr ? s.r.bad_field : "?");
+    if (s.r.bad_reason != nullptr) m += std::string(": ") + s.r.bad_reason;
+    m += ")";
+  } else if (s.r.status == graphs::RunStatus::no_bucket && s.step && s.r.bad_chunk >= 0) {
+    m += " (chunk " + std::to_string(s.r.bad_chunk) + ")";
   } else if (s.r.status == graphs::RunStatus::cuda_error) {
     m += std::string(" (") + cudaGetErrorName(s.r.cuda) + ": " + cudaGetErrorString(s.r.cuda) + ")";
   } else if (s.r.status == graphs::RunStatus::not_warmed_up) {
-    m += " (call warmup() first; run() also needs capture=True)";
+    m += s.no_steps ? " (the executor has no steps: give it max_step_requests and max_step_tokens)"
+                    : s.step ? " (call warmup() first; run_step() also needs capture=True)"
+                             : " (call warmup() first; run() also needs capture=True)";
   }
   return m;
 }
@@ -104,7 +121,8 @@ std::vector<int> int_list(nb::handle v, const std::string& what) {
   return out;
 }
 
-const char* const kOptions[] = {"r_buckets", "t_buckets", "programs", "insert", "capture", "time_host_phases", "device"};
+const char* const kOptions[] = {"r_buckets",        "t_buckets", "programs",          "insert",         "capture",
+                                "time_host_phases", "device",    "max_step_requests", "max_step_tokens"};
 
 /// ExecutorOptions from the keyword options of spgraph.Executor (a dict); `device` set when given.
 graphs::ExecutorOptions executor_options(nb::handle options, int& device) {
@@ -129,6 +147,10 @@ graphs::ExecutorOptions executor_options(nb::handle options, int& device) {
       o.capture = bool_value(value, k);
     } else if (k == "time_host_phases") {
       o.time_host_phases = bool_value(value, k);
+    } else if (k == "max_step_requests") {
+      o.max_step_requests = int_value(value, k, -2147483648LL, 2147483647LL);  // bounds: check_options
+    } else if (k == "max_step_tokens") {
+      o.max_step_tokens = int_value(value, k, -2147483648LL, 2147483647LL);
     } else if (k == "device") {
       if (!value.is_none()) device = int_value(value, k, 0, 1 << 16);
     } else {
@@ -190,6 +212,8 @@ class Executor {
     if (device < 0) device = bound_.device;
     if (device < 0) SPG_CUDA_TRY(cudaGetDevice(&device));
     device_ = device;
+    // Sized once for the largest step (nothing allocated per run_step).
+    step_reader_ = std::make_unique<ChunkReader>(config_, o.max_step_requests, true);
     const DeviceScope scope(device_);
     ex_ = std::make_unique<graphs::Executor>(config_, std::move(o));
   }
@@ -231,6 +255,25 @@ class Executor {
       out.r_bucket = ex_->buckets().r_of(out.r.bucket);
       out.t_bucket = ex_->buckets().t_of(out.r.bucket);
     }
+    if (check && !out.r.ok()) raise_run_error(out);
+    return out;
+  }
+
+  /// A whole step in one launch (graphs::Executor::run(StepInput)): read like a chunk, any size
+  /// up to the step options.
+  StepResult run_step(nb::handle step, nb::handle stream, int program, bool check, bool eager) {
+    BusyGuard busy(busy_);
+    const graphs::StepInput& input = step_reader_->read_step(step);
+    const cudaStream_t s = stream_arg(stream, ex_->stream());
+    StepResult out;
+    out.step = true;
+    {
+      const nb::gil_scoped_release release;
+      const DeviceScope scope(device_);
+      out.r = eager ? ex_->run_eager(input, program, s) : ex_->run(input, program, s);
+    }
+    step_reader_->release();
+    out.no_steps = out.r.status == graphs::RunStatus::not_warmed_up && ex_->step_layout().max_chunks == 0;
     if (check && !out.r.ok()) raise_run_error(out);
     return out;
   }
@@ -278,6 +321,7 @@ class Executor {
 
   model::PipelineConfig config_;
   ChunkReader reader_;
+  std::unique_ptr<ChunkReader> step_reader_;
   BoundBuffers bound_;  // declared before ex_: the executor is destroyed (and synchronized) first
   int device_{0};
   std::unique_ptr<graphs::Executor> ex_;
@@ -314,17 +358,92 @@ nb::dict check_chunk(nb::handle config, nb::handle chunk, nb::handle layers, boo
   return d;
 }
 
+/// What run_step() would refuse, without a GPU: plan_executor() with these options (every host
+/// check of the constructor), then the executor's split and chunk checks, in its order.
+StepResult check_step(nb::handle config, nb::handle step, nb::handle options, int program) {
+  model::PipelineConfig c = pipeline_config(config);
+  c.validate();
+  int device = -1;
+  const graphs::ExecutorOptions o = executor_options(options, device);
+  const graphs::ExecutorPlan plan = graphs::plan_executor(c, o);
+  StepResult out;
+  out.step = true;
+  if (plan.step.max_chunks == 0) {
+    out.r.status = graphs::RunStatus::not_warmed_up;
+    out.no_steps = true;
+    return out;
+  }
+  if (program < 0 || program >= static_cast<int>(plan.programs.size())) {
+    out.r.status = graphs::RunStatus::bad_program;
+    return out;
+  }
+  ChunkReader reader(c, o.max_step_requests, true);
+  graphs::StepSplitter splitter(c, plan.step);
+  graphs::ChunkEncoder encoder(c, o.insert);
+  const graphs::StepSplit split = splitter.split(reader.read_step(step));
+  auto refuse = [&](graphs::RunStatus status, int request, const char* field, const char* reason) {
+    out.r.status = status;
+    out.r.bad_request = request;
+    out.r.bad_field = field;
+    out.r.bad_reason = reason;
+    return out;
+  };
+  if (split.status != graphs::RunStatus::ok) {
+    return refuse(split.status, split.bad_request, split.bad_field, split.bad_reason);
+  }
+  out.r.chunks = split.chunks;
+  const int mask = plan.program_ratios[static_cast<std::size_t>(program)];
+  for (int k = 0; k < split.chunks; ++k) {
+    const graphs::ChunkCheck checked = encoder.check(splitter.chunk(k), mask);
+    if (checked.status == graphs::RunStatus::ok && plan.buckets.lookup(checked.requests, checked.tokens) >= 0) continue;
+    out.r.bad_chunk = k;
+    if (checked.status == graphs::RunStatus::ok) return refuse(graphs::RunStatus::no_bucket, -1, nullptr, nullptr);
+    return refuse(checked.status, checked.bad_request < 0 ? -1 : splitter.request_of(k, checked.bad_request),
+                  checked.bad_field, checked.bad_reason);
+  }
+  return out;
+}
+
+/// The executor's host-side plan for these options and bindings (plan_executor), without a GPU.
+nb::dict plan_executor_dict(nb::handle config, nb::handle buffers, nb::handle options) {
+  model::PipelineConfig c = pipeline_config(config);
+  c.validate();
+  int device = -1;
+  graphs::ExecutorOptions o = executor_options(options, device);
+  const BoundBuffers bound = bound_buffers(c, buffers);
+  o.buffers = bound.layers;
+  const graphs::ExecutorPlan plan = graphs::plan_executor(c, o);
+  nb::dict step;
+  step["max_step_requests"] = plan.step.max_requests;
+  step["max_step_tokens"] = plan.step.max_tokens;
+  step["max_chunks"] = plan.step.max_chunks;
+  step["staging_bytes"] = plan.step.bytes();
+  nb::list buckets;
+  for (int b = 0; b < plan.buckets.size(); ++b) buckets.append(nb::make_tuple(plan.buckets.r_of(b), plan.buckets.t_of(b)));
+  nb::dict d;
+  d["buckets"] = buckets;
+  d["programs"] = plan.programs;
+  d["insert"] = o.insert;
+  d["capture"] = o.capture;
+  d["time_host_phases"] = o.time_host_phases;
+  d["step"] = step;
+  d["pool"] = plan_dict(plan.pool);
+  return d;
+}
+
 }  // namespace
 
 void bind_executor(nb::module_& m) {
   using namespace nb::literals;
   g_run_error = PyErr_NewExceptionWithDoc("spgraph.RunError",
-                                          "Executor.run(check=True) refused or failed a step; `result` holds the "
-                                          "RunResult (status, bad_request, bad_field, cuda).",
+                                          "Executor.run() / run_step() with check=True refused or failed a step; "
+                                          "`result` holds the RunResult (status, bad_request, bad_field, cuda).",
                                           PyExc_RuntimeError, nullptr);
   m.attr("RunError") = nb::handle(g_run_error);
 
-  nb::class_<StepResult>(m, "RunResult", "What one Executor.run() / run_eager() reported (never raised unless check=True).")
+  nb::class_<StepResult>(m, "RunResult",
+                         "What one Executor.run() / run_eager() / run_step() / run_step_eager() reported (never "
+                         "raised unless check=True).")
       .def_prop_ro("status", [](const StepResult& s) { return status_key(s.r.status); },
                    "'ok', 'no_bucket', 'bad_chunk', 'bad_program', 'not_warmed_up' or 'cuda_error'.")
       .def_prop_ro("message", [](const StepResult& s) { return describe(s); }, "The status in words.")
@@ -343,6 +462,13 @@ void bind_executor(nb::module_& m) {
                      return s.r.cuda != cudaSuccess ? nb::cast(cudaGetErrorName(s.r.cuda)) : nb::none();
                    },
                    "cuda_error: the CUDA error's name, else None.")
+      .def_prop_ro("chunks", [](const StepResult& s) { return s.r.chunks; },
+                   "run_step: the chunks the step was split into (0 for a step of no requests, or one the split refused).")
+      .def_prop_ro("bad_chunk", [](const StepResult& s) { return s.r.bad_chunk; },
+                   "run_step: the chunk at fault (-1: none, or the whole step); bad_request is then the step's index.")
+      .def_prop_ro("bad_reason",
+                   [](const StepResult& s) { return s.r.bad_reason != nullptr ? nb::cast(s.r.bad_reason) : nb::none(); },
+                   "What is wrong with bad_field, in words, else None.")
       .def_prop_ro("waited_us", [](const StepResult& s) { return s.r.waited_us; },
                    "Microseconds the host waited for the device to release a staging block.")
       .def_prop_ro("staging_us", [](const StepResult& s) { return s.r.phases.staging_us; },
@@ -387,6 +513,21 @@ void bind_executor(nb::module_& m) {
           },
           "chunk"_a, "stream"_a.none() = nb::none(), "program"_a = 0, "check"_a = false,
           "The same recording launched kernel by kernel; a RunResult.")
+      .def(
+          "run_step",
+          [](Executor& ex, nb::handle step, nb::handle stream, int program, bool check) {
+            return ex.run_step(step, stream, program, check, false);
+          },
+          "step"_a, "stream"_a.none() = nb::none(), "program"_a = 0, "check"_a = false,
+          "Every request of a step in one launch of the step graph on `stream` (None: the executor's stream); "
+          "a RunResult with `chunks`.")
+      .def(
+          "run_step_eager",
+          [](Executor& ex, nb::handle step, nb::handle stream, int program, bool check) {
+            return ex.run_step(step, stream, program, check, true);
+          },
+          "step"_a, "stream"_a.none() = nb::none(), "program"_a = 0, "check"_a = false,
+          "The same step launched from a host loop, chunk by chunk; a RunResult.")
       .def("synchronize", &Executor::synchronize, "Waits for every submitted step.")
       .def("read_status", &Executor::read_status,
            "The last completed step's fault counts (waits for it): {kind: count, 'first': ..., 'total': n}.")
@@ -417,6 +558,12 @@ void bind_executor(nb::module_& m) {
       .def_prop_ro("stream", [](const Executor& ex) { return reinterpret_cast<std::uintptr_t>(ex.ex().stream()); },
                    "The executor's own stream (cudaStream_t as an int).")
       .def_prop_ro("device", &Executor::device, "The CUDA device the executor runs on.")
+      .def_prop_ro("max_step_requests", [](const Executor& ex) { return ex.ex().step_layout().max_requests; },
+                   "The most requests run_step() takes (0: no steps).")
+      .def_prop_ro("max_step_tokens", [](const Executor& ex) { return ex.ex().step_layout().max_tokens; },
+                   "The most tokens run_step() takes (0: no steps).")
+      .def_prop_ro("max_step_chunks", [](const Executor& ex) { return ex.ex().step_layout().max_chunks; },
+                   "The most chunks a step splits into (0: no steps).")
       .def_prop_ro("programs", [](const Executor& ex) { return ex.ex().programs(); }, "Number of layer programs.")
       .def("program_layers", [](const Executor& ex, int p) { return ex.ex().program_layers(p); }, "program"_a,
            "The layers of program p.")
@@ -424,6 +571,11 @@ void bind_executor(nb::module_& m) {
       .def_prop_ro("host_waits", [](const Executor& ex) { return ex.ex().host_waits(); },
                    "Launches that waited for the device to release a staging block.");
 
+  m.def("check_step", &check_step, "config"_a, "step"_a, "options"_a.none(), "program"_a,
+        "What Executor.run_step would refuse, without a GPU: a RunResult ('ok' with `chunks`, or the refusal).");
+  m.def("plan_executor", &plan_executor_dict, "config"_a, "buffers"_a.none(), "options"_a.none(),
+        "The executor's host-side plan for these options and bindings, without a GPU: {'buckets', 'programs', "
+        "'insert', 'capture', 'time_host_phases', 'step', 'pool'}.");
   m.def("check_chunk", &check_chunk, "config"_a, "chunk"_a, "layers"_a.none(), "insert"_a,
         "The executor's chunk checks without a GPU: {'status', 'requests', 'tokens', 'new_compressed_rows', "
         "'derive_slots', 'bad_request', 'bad_field'}.");

@@ -20,15 +20,6 @@ namespace spg::python {
 
 namespace {
 
-/// One scheduler step as Python holds it: its chunks as spgraph.ChunkPlan objects (owning their plans).
-struct Step {
-  std::int64_t step{0};
-  nb::list chunks;
-  std::vector<std::int64_t> started;
-  std::vector<std::int64_t> finished;
-  int num_tokens{0};
-};
-
 const scheduler::ChunkCachePlan& cache_of(const PlannedChunk& c, int ratio) { return c.plan.cache(ratio); }
 
 nb::list table_list(const std::vector<std::vector<std::int32_t>>& tables) {
@@ -116,12 +107,13 @@ void bind_scheduler(nb::module_& m) {
                ", num_tokens=" + std::to_string(c.plan.num_tokens) + ")";
       });
 
-  nb::class_<Step>(m, "StepPlan", "One scheduler step: its chunks, in the order they must run.")
-      .def_ro("step", &Step::step)
-      .def_ro("chunks", &Step::chunks)
-      .def_ro("started", &Step::started)
-      .def_ro("finished", &Step::finished)
-      .def_ro("num_tokens", &Step::num_tokens);
+  nb::class_<PlannedStep>(m, "StepPlan",
+                           "One scheduler step: its chunks, in the order they must run (Executor.run_step takes it whole).")
+      .def_ro("step", &PlannedStep::step)
+      .def_ro("chunks", &PlannedStep::chunks)
+      .def_ro("started", &PlannedStep::started)
+      .def_ro("finished", &PlannedStep::finished)
+      .def_ro("num_tokens", &PlannedStep::num_tokens);
 
   nb::class_<scheduler::PrefillScheduler>(m, "PrefillScheduler",
                                           "Chunked prefill over a stream of requests with paged cache blocks.")
@@ -142,7 +134,7 @@ void bind_scheduler(nb::module_& m) {
           "schedule",
           [](scheduler::PrefillScheduler& s) {
             scheduler::StepPlan plan = s.schedule();
-            Step step;
+            PlannedStep step;
             step.step = plan.step;
             step.num_tokens = plan.num_tokens();
             step.started = std::move(plan.started);

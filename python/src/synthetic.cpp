@@ -8,7 +8,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -96,13 +98,36 @@ class Front {
     if (args_.num_layers == 0) throw nb::value_error("SyntheticFront needs at least one layer");
   }
 
-  /// Fills one chunk's K rows, compressed K rows and top-k indices (serve_loop's make_front_args).
+  /// Fills one chunk's K rows, compressed K rows and top-k indices (serve_loop's make_front_args),
+  /// or with a StepPlan the whole step's rows at once (serve_loop --one-launch's make_step_front_args:
+  /// one span of every chunk's tokens and completed compressed rows, in chunk order, its top-k
+  /// bounded by the step's shortest sequence).
   void run(nb::handle chunk, std::uint64_t seed, std::uint64_t step, std::uintptr_t stream) {
     kernels::SyntheticFrontArgs a = args_;
     a.seed = seed;
     a.step = step;
+    if (nb::isinstance<PlannedStep>(chunk)) {
+      const PlannedStep& st = *nb::inst_ptr<PlannedStep>(chunk);
+      if (st.chunks.size() == 0) throw nb::value_error("SyntheticFront.run: the step has no chunks");
+      a.num_requests = 1;
+      a.num_tokens = 0;
+      a.seq_lens[0] = std::numeric_limits<std::int32_t>::max();
+      for (nb::handle h : st.chunks) {
+        const scheduler::ChunkPlan& p = nb::inst_ptr<PlannedChunk>(h)->plan;
+        a.num_tokens += p.num_tokens;
+        for (const std::int32_t sl : p.seq_lens) a.seq_lens[0] = std::min(a.seq_lens[0], sl);
+        for (const scheduler::ChunkCachePlan& c : p.caches) {
+          if (c.ratio > 1) a.new_compressed_rows[graphs::ratio_index(c.ratio)] += c.num_new_rows();
+        }
+      }
+      a.query_start_loc[0] = 0;
+      a.query_start_loc[1] = a.num_tokens;
+      launch(a, stream);
+      return;
+    }
     if (!nb::isinstance<PlannedChunk>(chunk)) {
-      throw nb::type_error(("SyntheticFront.run takes a ChunkPlan (from PrefillScheduler.schedule()), not " +
+      throw nb::type_error(("SyntheticFront.run takes a ChunkPlan or a StepPlan (from PrefillScheduler.schedule()), "
+                            "not " +
                             py_type_name(chunk))
                                .c_str());
     }
@@ -119,6 +144,11 @@ class Front {
     for (const scheduler::ChunkCachePlan& c : p.caches) {
       if (c.ratio > 1) a.new_compressed_rows[graphs::ratio_index(c.ratio)] = c.num_new_rows();
     }
+    launch(a, stream);
+  }
+
+ private:
+  void launch(const kernels::SyntheticFrontArgs& a, std::uintptr_t stream) {
     for (int l = 0; l < a.num_layers; ++l) {
       const kernels::FrontLayer& f = a.layers[l];
       const int ri = graphs::ratio_index(f.compress_ratio);
@@ -135,7 +165,6 @@ class Front {
     check_launch(kernels::SyntheticFront::run(a, as_stream(stream)), "SyntheticFront.run");
   }
 
- private:
   kernels::SyntheticFrontArgs args_{};
   std::int64_t k_rows_[kernels::kFrontMaxLayers]{};
   std::int64_t compressed_rows_[kernels::kFrontMaxLayers]{};

@@ -11,6 +11,10 @@ and options its ``--checksum`` equals ``serve_loop --checksum`` (and ``serve_loo
 --max-requests, --max-tokens, --max-model-len, --mode, --derive-slots); the output-only flags
 (--json, --no-progress, --no-alloc-count, --checksum) change nothing in the outputs.
 
+With ``--one-launch`` (as serve_loop's) each scheduler step is one ``Executor.run_step``: one graph
+launch per step over step-sized tensors (``--step-requests`` x ``--budget`` rows), the model front
+once per step for the step's rows, and the report's host time per launch is per step.
+
 Needs a CUDA device, torch and the spgraph package (PYTHONPATH=build/python). Without a device it
 prints the planned pool, as serve_loop does. docs/python.md, "The executor".
 """
@@ -86,11 +90,28 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a("--no-alloc-count", action="store_true",
       help="do not count CUDA allocation calls: CUPTI stays unloaded, so host times are not inflated by its "
            "subscriber")
+    a("--one-launch", action="store_true",
+      help="launch each scheduler step whole, Executor.run_step: one graph launch per step (eager mode: the same "
+           "kernels from a host loop); the model front runs once per step, for the step's rows; not with "
+           "--checksum (it checks one chunk at a time; docs/graphs.md, Steps)")
+    a("--step-requests", type=int, default=64,
+      help="most requests in a step with --one-launch, 1..4096 (default 64; max_step_requests)")
     a("--require-gpu", action="store_true", help="exit with code 77 (skipped) instead of planning without a GPU")
     a("--no-progress", action="store_true", help="no progress bar")
     o = p.parse_args(argv)
     check_trace_arguments(p, o)
+    if not 1 <= o.step_requests <= 4096:
+        p.error(f"--step-requests = {o.step_requests} must be in [1, 4096]")
+    if o.one_launch and o.checksum:
+        p.error("--one-launch cannot be combined with --checksum: it checks one chunk at a time")
+    if o.one_launch and o.budget > (1 << 20):
+        p.error(f"--budget = {o.budget} must be at most 1048576 with --one-launch (max_step_tokens)")
     return o
+
+
+def step_options(o: argparse.Namespace) -> Dict[str, int]:
+    """The executor's step options with --one-launch (serve_loop's): the step's requests and budget."""
+    return {"max_step_requests": o.step_requests, "max_step_tokens": o.budget} if o.one_launch else {}
 
 
 def make_config(o: argparse.Namespace) -> spgraph.PipelineConfig:
@@ -156,15 +177,20 @@ class PromptStream:
         sched.submit(reqs)
 
 
-def engine_tensors(torch: Any, config: spgraph.PipelineConfig, insert: bool = True) -> List[Dict[str, Any]]:
+def engine_tensors(torch: Any, config: spgraph.PipelineConfig, insert: bool = True,
+                   step: Optional[Dict[str, int]] = None) -> List[Dict[str, Any]]:
     """What an engine brings: every buffer of every layer from torch's allocator, contiguous, at the
-    config's sizes (serve_loop --engine-buffers' model front, in torch). Zeroed, so nothing depends
-    on what the allocator's memory held before."""
+    config's sizes (serve_loop --engine-buffers' model front, in torch), with ``step`` (the step
+    options) at a step's rows: max(T, S) rows, compressed K rows max(T / r + R, S / r + Q). Zeroed,
+    so nothing depends on what the allocator's memory held before."""
     dev = torch.device("cuda")
     T, R = config.max_tokens, config.max_requests
+    S, Q = (step["max_step_tokens"], step["max_step_requests"]) if step else (0, 0)
     out = []
     for layer in config.layers:
         h, r = layer.h_q, layer.compress_ratio
+        compressed_rows = max(T // r + R, S // r + Q)
+        T = max(config.max_tokens, S)
         b = {"q": torch.zeros((T, h, layer.d_qk), dtype=torch.bfloat16, device=dev),
              "out": torch.zeros((T, h, layer.d_v), dtype=torch.bfloat16, device=dev),
              "lse": torch.zeros((T, h), dtype=torch.float32, device=dev),
@@ -179,14 +205,14 @@ def engine_tensors(torch: Any, config: spgraph.PipelineConfig, insert: bool = Tr
             b["compressed_cache"] = torch.zeros((config.cache.compressed_blocks, stride), dtype=torch.uint8,
                                                 device=dev)
             if insert:
-                b["compressed_k_rows"] = torch.zeros((T // r + R, 512), dtype=torch.bfloat16, device=dev)
+                b["compressed_k_rows"] = torch.zeros((compressed_rows, 512), dtype=torch.bfloat16, device=dev)
         if layer.attn_sink:
             b["attn_sink"] = torch.zeros((h,), dtype=torch.float32, device=dev)
         out.append(b)
     return out
 
 
-def print_plan(config: spgraph.PipelineConfig, engine_buffers: bool) -> None:
+def print_plan(config: spgraph.PipelineConfig, engine_buffers: bool, step: Optional[Dict[str, int]] = None) -> None:
     print(f"layer program: {len(config.layers)} layers (R = {config.max_requests}, T = {config.max_tokens}, "
           f"max_model_len = {config.max_model_len})")
     for i, layer in enumerate(config.layers):
@@ -195,7 +221,7 @@ def print_plan(config: spgraph.PipelineConfig, engine_buffers: bool) -> None:
     if engine_buffers:
         print("every layer buffer is the engine's (torch tensors): the pool plans spgraph's own slots")
     print()
-    print(spgraph.plan(config, engine_buffers), end="")
+    print(spgraph.plan(config, engine_buffers, **(step or {})), end="")
 
 
 def run(o: argparse.Namespace) -> Dict[str, Any]:
@@ -210,10 +236,12 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
     eager = o.mode == "eager"
     print(f"prefill_loop: {o.mode} mode, {o.steps} steps, budget {o.budget} tokens/step, chunks of <= "
           f"{config.max_requests} requests x {config.max_tokens} tokens, "
-          f"{'pooled buffers' if o.pooled else 'torch-owned buffers'}")
-    tensors = None if o.pooled else engine_tensors(torch, config)
+          f"{'pooled buffers' if o.pooled else 'torch-owned buffers'}"
+          + (", one launch per step" if o.one_launch else ""))
+    steps = step_options(o)
+    tensors = None if o.pooled else engine_tensors(torch, config, step=steps)
     torch.cuda.synchronize()  # the zero fills ran on torch's stream; the executor's warm-up runs on its own
-    ex = sgt.Executor(config, buffers=tensors)
+    ex = sgt.Executor(config, buffers=tensors, **steps)
     warm = ex.warmup()
     engine_bytes = sum(t.numel() * t.element_size() for b in (tensors or []) for t in b.values())
     print(f"warm-up: {warm['graphs']} graphs ({warm['buckets']} shapes x 2 staging blocks) captured in "
@@ -235,18 +263,22 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
         acc = torch.zeros(1, dtype=torch.int64, device="cuda")
     stream.synchronize()
 
-    sched = spgraph.PrefillScheduler(config, spgraph.SchedulerConfig(max_num_batched_tokens=o.budget))
+    sc = spgraph.SchedulerConfig(max_num_batched_tokens=o.budget)
+    if o.one_launch:  # a chunk holds at most R requests: capping the chunks caps a step's requests
+        sc.max_chunks_per_step = max(1, o.step_requests // o.max_requests)
+    sched = spgraph.PrefillScheduler(config, sc)
     wc = spgraph.WorkloadConfig(num_requests=o.requests, min_prompt_len=o.min_len, max_prompt_len=o.max_len,
                                 lengths=o.lengths, arrivals=o.arrivals, arrival_rate=o.rate)
     print(f"workload: {wc.describe()}")
-    ring = 64  # GPU-time events: read back 64 chunks later, never waited on early
+    ring = 64  # GPU-time events: read back 64 launches later, never waited on early
     ev_start = [torch.cuda.Event(enable_timing=True) for _ in range(ring)]
     ev_stop = [torch.cuda.Event(enable_timing=True) for _ in range(ring)]
     outs = [(v.out, v.lse, v.max_logits) for v in views]
     host_us: List[float] = []
     step_host_us: List[float] = []
     gpu_us: List[float] = []
-    chunks = tokens = padded = graph_hits = eager_runs = finished = 0
+    chunks = launches = tokens = padded = graph_hits = eager_runs = finished = 0
+    t_buckets = sorted({t for _, t in ex.buckets})
     waited_us = 0.0
     prompts = PromptStream(o.seed, wc)
     slot_lists = not o.derive_slots
@@ -254,7 +286,16 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
     reserved_before = torch.cuda.memory_reserved()
     allocated_before = torch.cuda.memory_stats().get("allocation.all.allocated", 0)
     run_chunk = ex.run_eager if eager else ex.run
+    run_step = ex.run_step_eager if eager else ex.run_step
     clock = time.perf_counter_ns
+
+    def start_gpu_timer() -> int:
+        slot = launches % ring
+        if launches >= ring:
+            ev_stop[slot].synchronize()
+            gpu_us.append(1000.0 * ev_start[slot].elapsed_time(ev_stop[slot]))
+        ev_start[slot].record(stream)
+        return slot
 
     if counter is not None:
         counter.reset()
@@ -265,14 +306,28 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
             prompts.refill(sched)
             plan = sched.schedule()
             finished += len(plan.finished)
-            for cp in plan.chunks:
+            if o.one_launch and plan.chunks:  # the whole step: one front, one run_step, one launch
+                front.run(plan, o.seed, launches, handle)
+                slot = start_gpu_timer()
+                h0 = clock()
+                r = run_step(plan, handle)
+                h1 = clock()
+                if not r.ok:
+                    raise RuntimeError(f"prefill_loop: step {step} failed: {r.message}")
+                ev_stop[slot].record(stream)
+                host_us.append((h1 - h0) / 1000.0 - r.waited_us)
+                waited_us += r.waited_us
+                eager_runs += eager
+                graph_hits += not eager
+                for cp in plan.chunks:
+                    padded += next(t for t in t_buckets if t >= cp.num_tokens) - cp.num_tokens
+                    tokens += cp.num_tokens
+                chunks += r.chunks
+                launches += 1
+            for cp in plan.chunks if not o.one_launch else ():
                 cp.slot_lists = slot_lists
                 front.run(cp, o.seed, chunks, handle)
-                slot = chunks % ring
-                if chunks >= ring:
-                    ev_stop[slot].synchronize()
-                    gpu_us.append(1000.0 * ev_start[slot].elapsed_time(ev_stop[slot]))
-                ev_start[slot].record(stream)
+                slot = start_gpu_timer()
                 h0 = clock()
                 r = run_chunk(cp, handle)
                 h1 = clock()
@@ -298,12 +353,13 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
                         synthetic.checksum_accumulate(lse[:t_bucket], salt + 1, acc, handle)
                         synthetic.checksum_accumulate(ml[:t_bucket], salt + 2, acc, handle)
                 chunks += 1
+                launches += 1
             step_host_us.append((clock() - s0) / 1000.0)
             progress.update(step + 1)
     ex.synchronize()
     stream.synchronize()
     wall_s = time.perf_counter() - t_start
-    for c in range(max(0, chunks - ring), chunks):
+    for c in range(max(0, launches - ring), launches):
         gpu_us.append(1000.0 * ev_start[c % ring].elapsed_time(ev_stop[c % ring]))
     allocations = counter.count() if counter is not None else None
     status = ex.read_status()
@@ -311,7 +367,8 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
     torch_allocs = torch.cuda.memory_stats().get("allocation.all.allocated", 0) - allocated_before
 
     rep: Dict[str, Any] = {
-        "mode": o.mode, "steps": o.steps, "chunks": chunks, "finished": finished, "tokens": tokens, "wall_s": wall_s,
+        "mode": o.mode, "one_launch": o.one_launch, "steps": o.steps, "chunks": chunks, "launches": launches,
+        "finished": finished, "tokens": tokens, "wall_s": wall_s,
         "tokens_per_s": tokens / wall_s,
         "host_us_p50": percentile(host_us, 0.5), "host_us_p99": percentile(host_us, 0.99),
         "step_host_us_p50": percentile(step_host_us, 0.5), "step_host_us_p99": percentile(step_host_us, 0.99),
@@ -331,15 +388,17 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
 
 def print_report(o: argparse.Namespace, rep: Dict[str, Any]) -> None:
     print(f"\n== prefill_loop report ({rep['mode']} mode) ==")
-    print(f"  steps                      {rep['steps']} ({rep['chunks']} chunks, {rep['finished']} requests finished)")
+    print(f"  steps                      {rep['steps']} ({rep['chunks']} chunks in {rep['launches']} launches, "
+          f"{rep['finished']} requests finished)")
     print(f"  prompt tokens              {rep['tokens']} in {rep['wall_s']:.2f} s: {rep['tokens_per_s']:.0f} tokens/s")
-    print(f"  host time per chunk launch p50 {rep['host_us_p50']:.2f} us, p99 {rep['host_us_p99']:.2f} us "
-          "(Executor.run from Python, waits excluded)")
+    what, call = ("step", "Executor.run_step") if rep["one_launch"] else ("chunk", "Executor.run")
+    print(f"  host time per {what + ' launch':<12} p50 {rep['host_us_p50']:.2f} us, p99 {rep['host_us_p99']:.2f} us "
+          f"({call} from Python, waits excluded)")
     print(f"  host time per step         p50 {rep['step_host_us_p50']:.2f} us, p99 {rep['step_host_us_p99']:.2f} us "
           "(scheduler + model front + launches,\n                             waits for the device included)")
-    print(f"  host waits for the device  {rep['host_waits']} of {rep['chunks']} launches, {rep['waited_s']:.2f} s in all "
+    print(f"  host waits for the device  {rep['host_waits']} of {rep['launches']} launches, {rep['waited_s']:.2f} s in all "
           "(the GPU is the bottleneck)")
-    print(f"  GPU time per chunk         p50 {rep['gpu_us_p50']:.1f} us, p99 {rep['gpu_us_p99']:.1f} us")
+    print(f"  GPU time per {what:<14}p50 {rep['gpu_us_p50']:.1f} us, p99 {rep['gpu_us_p99']:.1f} us")
     print(f"  graph hits / eager runs    {rep['graph_hits']} / {rep['eager_runs']}")
     print(f"  padding waste              {100 * rep['padding_waste']:.2f}% ({rep['padded']} padded / {rep['tokens']} "
           "real tokens)")
@@ -360,7 +419,8 @@ def print_report(o: argparse.Namespace, rep: Dict[str, Any]) -> None:
 
 def write_json(o: argparse.Namespace, rep: Dict[str, Any]) -> None:
     name = "prefill_loop/default" if rep["alloc_calls"] is not None else "prefill_loop/no-cupti"
-    variant = f"spgraph-python-{rep['mode']}" + ("" if o.pooled else "-torch-buffers")
+    variant = (f"spgraph-python-{rep['mode']}" + ("" if o.pooled else "-torch-buffers")
+               + ("-one-launch" if o.one_launch else ""))
     commit = os.environ.get("SPGRAPH_COMMIT", "unknown")
     date = time.strftime("%Y-%m-%d", time.gmtime())
     metrics = ["steps", "tokens_per_s", "host_us_p50", "host_us_p99", "step_host_us_p50", "step_host_us_p99",
@@ -381,7 +441,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"prefill_loop: invalid configuration: {e}", file=sys.stderr)
         return 2
     if o.plan:
-        print_plan(config, not o.pooled)
+        print_plan(config, not o.pooled, step_options(o))
         return 0
     try:
         import torch
@@ -393,7 +453,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("prefill_loop: no CUDA device (or no torch) found; skipping (exit code 77)")
             return 77
         print("prefill_loop: no CUDA device (or no torch) found; running the CPU-side planner instead.\n")
-        print_plan(config, not o.pooled)
+        print_plan(config, not o.pooled, step_options(o))
         return 0
     rep = run(o)
     print_report(o, rep)
