@@ -8,7 +8,8 @@
 
 namespace spg::bench {
 
-/// Medians of `reps` repetitions of each phase (steady_clock around each call).
+/// Medians of `reps` repetitions of each phase (steady_clock around each call), warm; and of
+/// max(5, reps / 100) stagings after the caches and TLBs were flushed (staging_us_cold).
 void run_staging_benchmarks(Reporter& reporter, int reps);
 
 }  // namespace spg::bench
