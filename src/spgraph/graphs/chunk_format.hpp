@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "spgraph/core/divisor.hpp"
 #include "spgraph/graphs/run_status.hpp"
 #include "spgraph/kernels/chunk.hpp"
 #include "spgraph/model/pipeline_config.hpp"
@@ -190,6 +191,10 @@ class ChunkEncoder {
   int swa_blocks_;         // blocks of each SWA cache
   int compressed_blocks_;  // blocks of each compressed cache
   bool insert_;
+  // The per-request divisions by the block sizes, as multiplies: rows per SWA block, and per
+  // ratio index (index 0 unused) compressed rows per block, block_tokens / r.
+  core::Divisor swa_rows_per_block_;
+  core::Divisor compressed_rows_per_block_[kNumRatios];
   ChunkMetaLayout layout_;
   // Scratch of the shared-block check: (block id, request) of every block a chunk writes, per
   // ratio index (0: the SWA cache). Sized at construction for the largest chunk.
