@@ -64,6 +64,14 @@ bool slots_follow_table(const std::int32_t* slots, std::span<const std::int32_t>
   return bad == 0;
 }
 
+/// Copies `n` int32 words in 16-byte moves the compiler inlines (the block-table rows are a few
+/// to a few dozen words: a library call each would cost more than the copy).
+void copy_words(std::int32_t* dst, const std::int32_t* src, std::size_t n) noexcept {
+  std::size_t k = 0;
+  for (; k + 4 <= n; k += 4) std::memcpy(dst + k, src + k, 16);
+  for (; k < n; ++k) dst[k] = src[k];
+}
+
 /// Appends (block << 32 | request) for the blocks of `table` holding rows [lo, hi) (hi > lo).
 std::size_t append_written(std::uint64_t* out, std::size_t n, std::span<const std::int32_t> table,
                            const core::Divisor& per_block, int lo, int hi, int request) noexcept {
@@ -76,8 +84,19 @@ std::size_t append_written(std::uint64_t* out, std::size_t n, std::span<const st
 }
 
 /// Sorts (block << 32 | request) entries; true, with the later request, when a block appears twice.
+/// A chunk's lists are short (a few blocks a request): an insertion sort below 32 entries, which
+/// is one compare an entry for the usual ascending tables.
 bool shared_block(std::uint64_t* begin, std::uint64_t* end, int& request) noexcept {
-  std::sort(begin, end);
+  if (end - begin <= 32) {
+    for (std::uint64_t* p = begin + (begin != end ? 1 : 0); p < end; ++p) {
+      const std::uint64_t v = *p;
+      std::uint64_t* q = p;
+      for (; q > begin && q[-1] > v; --q) *q = q[-1];
+      *q = v;
+    }
+  } else {
+    std::sort(begin, end);
+  }
   for (std::uint64_t* p = begin; p + 1 < end; ++p) {
     if ((p[0] >> 32) == (p[1] >> 32)) {
       request = static_cast<int>(p[1] & 0xFFFFFFFFU);
@@ -143,7 +162,6 @@ ChunkEncoder::ChunkEncoder(const model::PipelineConfig& config, bool insert)
       max_tokens_(config.max_tokens),
       max_model_len_(config.max_model_len),
       window_(config.window()),
-      swa_block_size_(config.cache.swa_block_size),
       block_tokens_(config.cache.block_tokens),
       swa_blocks_(config.cache.swa_blocks),
       compressed_blocks_(config.cache.compressed_blocks),
@@ -269,6 +287,33 @@ ChunkCheck ChunkEncoder::check(const ChunkInput& chunk, int ratio_mask) noexcept
   return c;
 }
 
+namespace {
+/// Prefetches the lines of table[first, last) (first < last, clamped to the table).
+void prefetch_entries(std::span<const std::int32_t> table, std::size_t first, std::size_t last) noexcept {
+  if (table.empty() || first >= last) return;
+  last = std::min(last, table.size());
+  first = std::min(first, last - 1);
+  __builtin_prefetch(table.data() + first);
+  __builtin_prefetch(table.data() + last - 1);  // the same line or the next: the rows are short
+}
+}  // namespace
+
+void ChunkEncoder::prefetch(const ChunkInput& chunk, int ratio_mask) const noexcept {
+  for (const RequestInput& r : chunk.requests) {
+    if (r.query_len < 0 || r.seq_len < r.query_len || r.seq_len > max_model_len_) continue;
+    const int seq = r.seq_len;
+    prefetch_entries(r.swa_blocks,
+                     static_cast<std::size_t>(swa_rows_per_block_.divide(seq - gather_len(seq, r.query_len, window_))),
+                     static_cast<std::size_t>(swa_rows_per_block_.divide_up(seq)));
+    for (int i = 1; i < kNumRatios; ++i) {
+      if (ratio_mask >> i & 1) {
+        prefetch_entries(r.compressed_blocks[i], 0,
+                         static_cast<std::size_t>(compressed_rows_per_block_[i].divide_up(divide_by_ratio(seq, i))));
+      }
+    }
+  }
+}
+
 void ChunkEncoder::write(const ChunkInput& chunk, const ChunkCheck& c, int ratio_mask, std::int32_t* w,
                          const ChunkRows& rows) const noexcept {
   const int n = c.requests;
@@ -294,15 +339,15 @@ void ChunkEncoder::write(const ChunkInput& chunk, const ChunkCheck& c, int ratio
     const auto swa_first = static_cast<std::size_t>(swa_rows_per_block_.divide(seq - gather));
     const auto swa_end = static_cast<std::size_t>(swa_rows_per_block_.divide_up(seq));
     if (swa_end > swa_first) {
-      std::memcpy(w + layout_.swa_block_table + b * layout_.swa_table_width + swa_first,
-                  r.swa_blocks.data() + swa_first, (swa_end - swa_first) * 4);
+      copy_words(w + layout_.swa_block_table + b * layout_.swa_table_width + swa_first, r.swa_blocks.data() + swa_first,
+                 swa_end - swa_first);
     }
     for (int i = 1; i < kNumRatios; ++i) {
       if (!(ratio_mask >> i & 1)) continue;
       const auto need = static_cast<std::size_t>(compressed_rows_per_block_[i].divide_up(divide_by_ratio(seq, i)));
       if (need > 0) {
-        std::memcpy(w + layout_.compressed_block_table[i] + b * layout_.compressed_table_width,
-                    r.compressed_blocks[i].data(), need * 4);
+        copy_words(w + layout_.compressed_block_table[i] + b * layout_.compressed_table_width,
+                   r.compressed_blocks[i].data(), need);
       }
     }
   }

@@ -157,6 +157,9 @@ StepCheck StepStager::check(const StepInput& step, int ratio_mask) noexcept {
     return out;
   }
   out.chunks = split.chunks;
+  // The step's block-table entries are scattered over the caller's memory: ask for all of them
+  // before the checks wait on the first.
+  for (int c = 0; c < split.chunks; ++c) encoder_.prefetch(splitter_.chunk(c), ratio_mask);
   for (int c = 0; c < split.chunks; ++c) {
     ChunkCheck& checked = checks_[static_cast<std::size_t>(c)];
     checked = encoder_.check(splitter_.chunk(c), ratio_mask);
