@@ -28,7 +28,7 @@ class Divisor {
     return static_cast<int>((static_cast<std::uint64_t>(n) * multiplier_) >> shift_);
   }
   /// ceil(n / d) for n in [0, 2^31 - d].
-  [[nodiscard]] constexpr int divide_up(int n) const noexcept { return divide(n + d_ - 1); }
+  [[nodiscard]] constexpr int divide_up(int n) const noexcept { return divide(n + (d_ - 1)); }
   /// n % d for n in [0, 2^31).
   [[nodiscard]] constexpr int remainder(int n) const noexcept { return n - divide(n) * d_; }
 
