@@ -30,12 +30,14 @@ ChunkCheck refuse(ChunkCheck c, int request, const char* field, const char* reas
   return c;
 }
 
-/// Whether any of `table[first, last)` lies outside [0, blocks): signed compares OR-ed into one
-/// mask, a loop the compiler vectorizes even for the SSE2 baseline.
+/// Whether any of `table[first, last)` lies outside [0, blocks): one unsigned compare an entry
+/// (a negative id is above any block count as unsigned), OR-ed into one flag; the ranges are a
+/// few entries to a few dozen.
 bool any_outside(std::span<const std::int32_t> table, std::size_t first, std::size_t last, int blocks) noexcept {
   const std::int32_t* t = table.data();
+  const auto limit = static_cast<std::uint32_t>(blocks);
   unsigned outside = 0;
-  for (std::size_t i = first; i < last; ++i) outside |= static_cast<unsigned>((t[i] < 0) | (t[i] >= blocks));
+  for (std::size_t i = first; i < last; ++i) outside |= static_cast<unsigned>(static_cast<std::uint32_t>(t[i]) >= limit);
   return outside != 0;
 }
 
