@@ -9,7 +9,8 @@
 namespace spg::bench {
 
 /// Medians of `reps` repetitions of each phase (steady_clock around each call), warm; and of
-/// max(5, reps / 100) stagings after the caches and TLBs were flushed (staging_us_cold).
+/// max(5, reps / 100) stagings after the caches and TLBs were flushed (staging_us_cold). The
+/// six rows take turns in 20 rounds.
 void run_staging_benchmarks(Reporter& reporter, int reps);
 
 }  // namespace spg::bench
