@@ -13,6 +13,7 @@ set(SPGRAPH_PUBLIC_HEADERS
   spgraph/core/resources.hpp
   spgraph/kernels/chunk.hpp
   spgraph/core/device_info.hpp
+  spgraph/core/divisor.hpp
   spgraph/core/host_device.hpp
   spgraph/kernels/step_status.hpp
   spgraph/kernels/combine_indices/combine_indices.hpp

@@ -16,60 +16,19 @@
 #include "spgraph/kernels/spin/spin.hpp"
 #include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
 #include "samples/bench/probes.hpp"
+#include "samples/bench/step_inputs.hpp"
 #include "samples/serve_loop_verify.hpp"
 
 namespace spg::bench {
 
 namespace {
 
-constexpr int kR = 4;
-constexpr int kT = 256;
-constexpr int kQuery = kT / kR;  // every request 64 tokens: a chunk of 4 requests fills T
-constexpr int kPrefix = 2048;
-constexpr int kMaxChunks = 16;
+constexpr int kR = kStepR;
+constexpr int kT = kStepT;
+constexpr int kQuery = kStepQuery;
+constexpr int kPrefix = kStepPrefix;
+constexpr int kMaxChunks = kStepMaxChunks;
 constexpr int kReps = 200;
-
-model::PipelineConfig step_config(bool model) {
-  const int len = (kPrefix + kQuery + 255) / 256 * 256;
-  model::PipelineConfig c;
-  if (model) {
-    c = model::PipelineConfig::v4_default();
-    c.max_requests = kR;
-    c.max_tokens = kT;
-    c.max_model_len = len;
-  } else {
-    c = model::PipelineConfig::single_layer(model::LayerConfig{128, 512, 512, 128, 4, 1024, 0.0F, true}, kR, kT, len);
-  }
-  c.cache.swa_blocks = kMaxChunks * kR * c.swa_blocks_per_request();
-  c.cache.compressed_blocks = kMaxChunks * kR * c.compressed_blocks_per_request();
-  return c;
-}
-
-/// A step of `chunks` x 4 requests of 64 new tokens after 2048, each owning its blocks.
-struct BenchStep {
-  std::vector<std::vector<std::int32_t>> swa, comp;
-  std::vector<graphs::RequestInput> requests;
-};
-
-void make_step(const model::PipelineConfig& c, int chunks, BenchStep& out) {
-  const int n = chunks * kR;
-  const int per_swa = c.swa_blocks_per_request();
-  const int per_comp = c.compressed_blocks_per_request();
-  out.swa.resize(static_cast<std::size_t>(n));
-  out.comp.resize(static_cast<std::size_t>(n));
-  for (int b = 0; b < n; ++b) {
-    for (int i = 0; i < per_swa; ++i) out.swa[static_cast<std::size_t>(b)].push_back(b * per_swa + i);
-    for (int i = 0; i < per_comp; ++i) out.comp[static_cast<std::size_t>(b)].push_back(b * per_comp + i);
-  }
-  for (int b = 0; b < n; ++b) {
-    graphs::RequestInput r;
-    r.query_len = kQuery;
-    r.seq_len = kPrefix + kQuery;
-    r.swa_blocks = out.swa[static_cast<std::size_t>(b)];
-    for (int i = 1; i < graphs::kNumRatios; ++i) r.compressed_blocks[i] = out.comp[static_cast<std::size_t>(b)];
-    out.requests.push_back(r);
-  }
-}
 
 void fill_inputs(graphs::Executor& ex) {
   const auto& c = ex.config();

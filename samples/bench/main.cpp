@@ -1,6 +1,7 @@
 // bench: tables A-D of docs/benchmarks.md in one run on the GPU. Ceilings first (device copy and
 // a cuBLAS bf16 matrix product), then attention (A), the pipeline step (B), kernels alone (C) and
-// executor warm-up (D); a short table at the end and every record in --json.
+// executor warm-up (D); a short table at the end and every record in --json. Table S (the step
+// staging's host work) needs no GPU: it runs first, and alone where there is no device.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -15,6 +16,7 @@
 #include "samples/bench/bench_attention.hpp"
 #include "samples/bench/bench_kernels.hpp"
 #include "samples/bench/bench_pipeline.hpp"
+#include "samples/bench/bench_staging.hpp"
 #include "samples/bench/bench_step.hpp"
 #include "samples/bench/probes.hpp"
 #include "samples/bench/report.hpp"
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
   std::string rows;
   std::string paths;
   int rounds = 1;
+  int staging_reps = 20000;
   bool quick = false;
   bool burst = false;
   std::string launch = "oneshot";
@@ -91,6 +94,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench: --rounds needs a count of at least 1\n");
         return 2;
       }
+    } else if (a == "--staging-reps" && i + 1 < argc) {
+      staging_reps = std::atoi(argv[++i]);
+      if (staging_reps < 1) {
+        std::fprintf(stderr, "bench: --staging-reps needs a count of at least 1\n");
+        return 2;
+      }
     } else if (a == "--launch" && i + 1 < argc) {
       launch = argv[++i];
       if (launch != "oneshot" && launch != "prepared" && launch != "chain") {
@@ -104,8 +113,9 @@ int main(int argc, char** argv) {
     } else if (a == "--burst") {
       burst = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench [--tables ABCD] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--no-ceilings] [--json FILE]\n"
-                  "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor) to run; - for none\n"
+      std::printf("usage: bench [--tables ABCD] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--no-ceilings] [--staging-reps N] [--json FILE]\n"
+                  "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor), S (step staging,\n"
+                  "             host only, no GPU needed) to run; - for none\n"
                   "  --quick    fewer rows and repetitions\n"
                   "  --rows     table A: only the rows whose name contains TEXT, or one of a comma-separated list\n"
                   "             (e.g. V4-C2/32768, sq256, V32/8192,sq64)\n"
@@ -117,6 +127,7 @@ int main(int argc, char** argv) {
                   "  --launch   table A: oneshot (SparseMla::run per call, default), prepared (initialize once,\n"
                   "             SparseMlaLaunch::run per call) or chain (prepared, 8 back-to-back launches per sample)\n"
                   "  --no-ceilings  skip the copy and GEMM ceilings (2 s; for repeated A/B invocations in one run)\n"
+                  "  --staging-reps  table S: repetitions per row (default 20000; median of them)\n"
                   "  --json     write every record to FILE\n"
                   "  --dump DIR write the small workload's inputs and outputs to DIR (for scripts/torch_peer.py --check)\n");
       return 0;
@@ -125,16 +136,33 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!core::cuda_device_available()) {
-    std::printf("bench: no CUDA device found; nothing to measure.\n");
-    return 0;
-  }
   try {
+    bench::Reporter rep;
+    const auto write_json = [&] {
+      if (json.empty()) return;
+      const char* commit = std::getenv("SPGRAPH_COMMIT");
+      const std::time_t t = std::time(nullptr);
+      char date[16];
+      std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&t));
+      rep.write_json(json, commit != nullptr ? commit : "unknown", date);
+    };
+    if (tables.find('S') != std::string::npos) bench::run_staging_benchmarks(rep, staging_reps);
+    const bool device_work = tables.find_first_not_of("S-") != std::string::npos || !dump.empty();
+    if (!device_work || !core::cuda_device_available()) {
+      // Table S alone, or no device for the rest.
+      const bool staged = tables.find('S') != std::string::npos;
+      if (device_work) {
+        std::printf(staged ? "bench: no CUDA device found; only table S measured.\n"
+                           : "bench: no CUDA device found; nothing to measure.\n");
+      }
+      if (staged) rep.print_table("staging");
+      write_json();
+      return 0;
+    }
     if (!dump.empty()) {
       bench::dump_small_workload(dump);
       if (tables == "-") return 0;
     }
-    bench::Reporter rep;
     core::Stream stream;
     if (ceilings) measure_ceilings(rep, stream.get());
     if (tables.find('A') != std::string::npos) {
@@ -154,14 +182,8 @@ int main(int argc, char** argv) {
       bench::run_launch_probe(rep);
       bench::run_step_benchmarks(rep);
     }
-    for (const char* suite : {"ceilings", "attention", "pipeline", "kernels", "executor"}) rep.print_table(suite);
-    if (!json.empty()) {
-      const char* commit = std::getenv("SPGRAPH_COMMIT");
-      const std::time_t t = std::time(nullptr);
-      char date[16];
-      std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&t));
-      rep.write_json(json, commit != nullptr ? commit : "unknown", date);
-    }
+    for (const char* suite : {"staging", "ceilings", "attention", "pipeline", "kernels", "executor"}) rep.print_table(suite);
+    write_json();
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "bench: %s\n", e.what());

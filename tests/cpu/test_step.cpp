@@ -341,3 +341,84 @@ TEST_CASE("a step's chunks are staged with their rows: token and compressed-row 
   const auto* sc = reinterpret_cast<const kernels::ChunkScalars*>(words.data() + encoder.layout().scalars);
   for (int i = 0; i < graphs::kNumRatios; ++i) CHECK((sc[i].token_offset == 0 && sc[i].new_row_offset == 0));
 }
+
+TEST_CASE("the step stager checks every chunk, then writes the header and each chunk's block on its rows",
+          "[cpu][step]") {
+  model::PipelineConfig c = test::two_layer_config();
+  const int n = 11;
+  const int per_swa = c.swa_blocks_per_request();
+  const int per_comp = c.compressed_blocks_per_request();
+  c.cache.swa_blocks = n * per_swa;  // every request owns its blocks: no block holds two requests' rows
+  c.cache.compressed_blocks = n * per_comp;
+  const graphs::StepLayout layout = graphs::StepLayout::make(c, 16, 4 * c.max_tokens);
+  const graphs::BucketSet buckets = graphs::BucketSet::make_default(c.max_requests, c.max_tokens);
+  graphs::ChunkEncoder encoder(c, true);
+  graphs::StepStager stager(c, layout, buckets, encoder);
+  std::mt19937 rng(11);
+  std::vector<std::vector<std::int32_t>> swa(static_cast<std::size_t>(n));
+  std::vector<std::vector<std::int32_t>> comp(static_cast<std::size_t>(n));
+  std::vector<graphs::RequestInput> requests = random_step(rng, n, c.max_tokens / 2);
+  for (int b = 0; b < n; ++b) {
+    for (int i = 0; i < per_swa; ++i) swa[static_cast<std::size_t>(b)].push_back(b * per_swa + i);
+    for (int i = 0; i < per_comp; ++i) comp[static_cast<std::size_t>(b)].push_back(b * per_comp + i);
+    graphs::RequestInput& r = requests[static_cast<std::size_t>(b)];
+    r.seq_len = std::min(r.seq_len, c.max_model_len);
+    r.swa_blocks = swa[static_cast<std::size_t>(b)];
+    for (int i = 1; i < graphs::kNumRatios; ++i) r.compressed_blocks[i] = comp[static_cast<std::size_t>(b)];
+  }
+  constexpr int kMask = 0b011;  // the config's ratios 1 and 4
+  const graphs::StepCheck checked = stager.check(graphs::StepInput{requests}, kMask);
+  REQUIRE(checked.status == graphs::RunStatus::ok);
+  REQUIRE(checked.chunks >= 3);
+  std::vector<std::int32_t> block(layout.words(), 0x7F7F7F7F);
+  stager.write(kMask, block.data());
+  CHECK(block[kernels::StepStateWords::count] == checked.chunks);
+  REQUIRE(stager.buckets().size() == static_cast<std::size_t>(checked.chunks));
+
+  // The same chunks, split, checked and written one by one on their rows.
+  graphs::StepSplitter splitter(c, layout);
+  REQUIRE(splitter.split(graphs::StepInput{requests}).chunks == checked.chunks);
+  graphs::ChunkEncoder alone(c, true);
+  graphs::ChunkRows rows;
+  std::vector<std::int32_t> expected(static_cast<std::size_t>(layout.chunk_words));
+  for (int k = 0; k < checked.chunks; ++k) {
+    INFO("chunk " << k);
+    std::fill(expected.begin(), expected.end(), 0x7F7F7F7F);  // write() leaves unread words as they were
+    const graphs::ChunkInput chunk = splitter.chunk(k);
+    const graphs::ChunkCheck ck = alone.check(chunk, kMask);
+    REQUIRE(ck.status == graphs::RunStatus::ok);
+    CHECK(stager.buckets()[static_cast<std::size_t>(k)] == buckets.lookup(ck.requests, ck.tokens));
+    CHECK(block[static_cast<std::size_t>(kernels::StepStateWords::buckets + k)] == buckets.lookup(ck.requests, ck.tokens));
+    alone.write(chunk, ck, kMask, expected.data(), rows);
+    rows = rows.next(ck);
+    const std::int32_t* got = block.data() + layout.chunk_offset(k);
+    int mismatches = 0;
+    for (std::size_t w = 0; w < expected.size(); ++w) mismatches += got[w] != expected[w] ? 1 : 0;
+    CHECK(mismatches == 0);
+  }
+
+  // A refused chunk: named by its index and the request by the step's numbering; no buckets kept.
+  const int bad = 7;
+  swa[bad][static_cast<std::size_t>((requests[bad].seq_len - 1) / c.cache.swa_block_size)] = c.cache.swa_blocks;
+  const graphs::StepCheck refused = stager.check(graphs::StepInput{requests}, kMask);
+  CHECK(refused.status == graphs::RunStatus::bad_chunk);
+  CHECK(refused.bad_request == bad);
+  CHECK(std::string(refused.bad_field) == "swa_blocks");
+  CHECK(contains(refused.bad_reason, "outside [0, cache.swa_blocks)"));
+  int chunk_of_bad = -1;
+  for (int k = 0; k < checked.chunks && chunk_of_bad < 0; ++k) {
+    for (int b = 0; b < static_cast<int>(splitter.chunk(k).requests.size()); ++b) {
+      if (splitter.request_of(k, b) == bad) chunk_of_bad = k;
+    }
+  }
+  CHECK(refused.bad_chunk == chunk_of_bad);
+  CHECK(refused.chunks == checked.chunks);
+  CHECK(stager.buckets().empty());
+  // A step the split refuses names no chunk.
+  requests[3].query_len = 0;
+  const graphs::StepCheck unsplit = stager.check(graphs::StepInput{requests}, kMask);
+  CHECK(unsplit.status == graphs::RunStatus::bad_chunk);
+  CHECK(unsplit.bad_chunk == -1);
+  CHECK(unsplit.bad_request == 3);
+  CHECK(std::string(unsplit.bad_field) == "query_len");
+}

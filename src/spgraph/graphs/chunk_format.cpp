@@ -9,10 +9,18 @@ namespace spg::graphs {
 namespace {
 constexpr int round4(int words) { return (words + 3) / 4 * 4; }
 
-/// Compressed blocks a request of seq_len tokens reads: its seq_len / r rows, block_tokens / r a block.
-std::size_t compressed_blocks_needed(int seq_len, int r, int block_tokens) noexcept {
-  return static_cast<std::size_t>(blocks_for_rows(compressed_rows(seq_len, r), block_tokens / r));
+// The ratios are powers of two: n / r of a non-negative n is a shift.
+constexpr int kRatioShift[kNumRatios] = {0, 2, 7};
+constexpr bool ratio_shifts_match() noexcept {
+  for (int i = 0; i < kNumRatios; ++i) {
+    if ((1 << kRatioShift[i]) != kRatios[i]) return false;
+  }
+  return true;
 }
+static_assert(ratio_shifts_match(), "kRatioShift must give kRatios");
+
+/// n / kRatios[i] for n >= 0.
+constexpr int divide_by_ratio(int n, int i) noexcept { return n >> kRatioShift[i]; }
 
 ChunkCheck refuse(ChunkCheck c, int request, const char* field, const char* reason) noexcept {
   c.status = RunStatus::bad_chunk;
@@ -22,12 +30,14 @@ ChunkCheck refuse(ChunkCheck c, int request, const char* field, const char* reas
   return c;
 }
 
-/// Whether any of `table[first, last)` lies outside [0, blocks): signed compares OR-ed into one
-/// mask, a loop the compiler vectorizes even for the SSE2 baseline.
+/// Whether any of `table[first, last)` lies outside [0, blocks): one unsigned compare an entry
+/// (a negative id is above any block count as unsigned), OR-ed into one flag; the ranges are a
+/// few entries to a few dozen.
 bool any_outside(std::span<const std::int32_t> table, std::size_t first, std::size_t last, int blocks) noexcept {
   const std::int32_t* t = table.data();
+  const auto limit = static_cast<std::uint32_t>(blocks);
   unsigned outside = 0;
-  for (std::size_t i = first; i < last; ++i) outside |= static_cast<unsigned>((t[i] < 0) | (t[i] >= blocks));
+  for (std::size_t i = first; i < last; ++i) outside |= static_cast<unsigned>(static_cast<std::uint32_t>(t[i]) >= limit);
   return outside != 0;
 }
 
@@ -35,13 +45,15 @@ bool any_outside(std::span<const std::int32_t> table, std::size_t first, std::si
 /// block's run of rows at a time, each run a branch-free int32 compare the compiler vectorizes.
 /// Block ids are checked in range first, so a real row's slot fits int32 unless the cache holds
 /// more than 2^31 rows (then only -1 can match, as the insert's int32 slots cannot reach it).
-bool slots_follow_table(const std::int32_t* slots, std::span<const std::int32_t> table, int rows_per_block, int lo,
-                        int hi) noexcept {
+bool slots_follow_table(const std::int32_t* slots, std::span<const std::int32_t> table, const core::Divisor& per_block,
+                        int lo, int hi) noexcept {
+  const int rows_per_block = per_block.value();
   unsigned bad = 0;
   for (int row = lo; row < hi;) {
-    const int offset = row % rows_per_block;
+    const int block = per_block.divide(row);
+    const int offset = row - block * rows_per_block;
     const int run = std::min(hi - row, rows_per_block - offset);
-    const std::int64_t first = std::int64_t{table[static_cast<std::size_t>(row / rows_per_block)]} * rows_per_block + offset;
+    const std::int64_t first = std::int64_t{table[static_cast<std::size_t>(block)]} * rows_per_block + offset;
     if (first + run > std::numeric_limits<std::int32_t>::max()) {
       for (int j = 0; j < run; ++j) bad |= static_cast<unsigned>(slots[j] != -1);
     } else {
@@ -54,9 +66,39 @@ bool slots_follow_table(const std::int32_t* slots, std::span<const std::int32_t>
   return bad == 0;
 }
 
+/// Copies `n` int32 words in 16-byte moves the compiler inlines (the block-table rows are a few
+/// to a few dozen words: a library call each would cost more than the copy).
+void copy_words(std::int32_t* dst, const std::int32_t* src, std::size_t n) noexcept {
+  std::size_t k = 0;
+  for (; k + 4 <= n; k += 4) std::memcpy(dst + k, src + k, 16);
+  for (; k < n; ++k) dst[k] = src[k];
+}
+
+/// Appends (block << 32 | request) for the blocks of `table` holding rows [lo, hi) (hi > lo).
+std::size_t append_written(std::uint64_t* out, std::size_t n, std::span<const std::int32_t> table,
+                           const core::Divisor& per_block, int lo, int hi, int request) noexcept {
+  const int last = per_block.divide(hi - 1);
+  for (int k = per_block.divide(lo); k <= last; ++k) {
+    out[n++] = std::uint64_t{static_cast<std::uint32_t>(table[static_cast<std::size_t>(k)])} << 32 |
+               static_cast<std::uint32_t>(request);
+  }
+  return n;
+}
+
 /// Sorts (block << 32 | request) entries; true, with the later request, when a block appears twice.
+/// A chunk's lists are short (a few blocks a request): an insertion sort below 32 entries, which
+/// is one compare an entry for the usual ascending tables.
 bool shared_block(std::uint64_t* begin, std::uint64_t* end, int& request) noexcept {
-  std::sort(begin, end);
+  if (end - begin <= 32) {
+    for (std::uint64_t* p = begin + (begin != end ? 1 : 0); p < end; ++p) {
+      const std::uint64_t v = *p;
+      std::uint64_t* q = p;
+      for (; q > begin && q[-1] > v; --q) *q = q[-1];
+      *q = v;
+    }
+  } else {
+    std::sort(begin, end);
+  }
   for (std::uint64_t* p = begin; p + 1 < end; ++p) {
     if ((p[0] >> 32) == (p[1] >> 32)) {
       request = static_cast<int>(p[1] & 0xFFFFFFFFU);
@@ -122,12 +164,13 @@ ChunkEncoder::ChunkEncoder(const model::PipelineConfig& config, bool insert)
       max_tokens_(config.max_tokens),
       max_model_len_(config.max_model_len),
       window_(config.window()),
-      swa_block_size_(config.cache.swa_block_size),
       block_tokens_(config.cache.block_tokens),
       swa_blocks_(config.cache.swa_blocks),
       compressed_blocks_(config.cache.compressed_blocks),
       insert_(insert),
+      swa_rows_per_block_(config.cache.swa_block_size),
       layout_(ChunkMetaLayout::make(config)) {
+  for (int i = 1; i < kNumRatios; ++i) compressed_rows_per_block_[i] = core::Divisor(block_tokens_ / kRatios[i]);
   // A request writes at most one block per new position (row), so a chunk at most T (T / r + R).
   written_[0].resize(static_cast<std::size_t>(config.max_tokens));
   for (int i = 1; i < kNumRatios; ++i) {
@@ -142,6 +185,10 @@ ChunkCheck ChunkEncoder::check(const ChunkInput& chunk, int ratio_mask) noexcept
     return c;
   }
   c.requests = static_cast<int>(chunk.requests.size());
+  // With the insert stage, the (block, request) pairs of every block the chunk writes, per ratio
+  // index, for the shared-block rule at the end: gathered on the way while the tokens so far are
+  // within T, the bound of the scratch (a chunk past T is refused before they are read).
+  std::size_t written[kNumRatios] = {0, 0, 0};
   std::int64_t tokens = 0;
   for (int b = 0; b < c.requests; ++b) {
     const RequestInput& r = chunk.requests[static_cast<std::size_t>(b)];
@@ -149,24 +196,39 @@ ChunkCheck ChunkEncoder::check(const ChunkInput& chunk, int ratio_mask) noexcept
     if (r.seq_len < r.query_len || r.seq_len > max_model_len_) {
       return refuse(c, b, "seq_len", "below query_len or above max_model_len");
     }
+    // From here 0 <= query_len <= seq_len <= max_model_len: every division below is of a non-negative value.
     tokens += r.query_len;
-    const auto swa_need = static_cast<std::size_t>(blocks_for_rows(r.seq_len, swa_block_size_));
+    const int seq = r.seq_len;
+    const int first = seq - r.query_len;  // the chunk's first new position of the request
+    const auto swa_need = static_cast<std::size_t>(swa_rows_per_block_.divide_up(seq));
     if (r.swa_blocks.size() < swa_need) return refuse(c, b, "swa_blocks", "fewer entries than the sequence's blocks");
     // The entries write() stages: those of the window positions [seq_len - gather_len, seq_len).
     const auto swa_first =
-        static_cast<std::size_t>((r.seq_len - gather_len(r.seq_len, r.query_len, window_)) / swa_block_size_);
+        static_cast<std::size_t>(swa_rows_per_block_.divide(seq - gather_len(seq, r.query_len, window_)));
     if (any_outside(r.swa_blocks, swa_first, swa_need, swa_blocks_)) return refuse(c, b, "swa_blocks", kOutsideSwa);
     for (int i = 1; i < kNumRatios; ++i) {
-      if (!(ratio_mask >> i & 1)) continue;
-      const std::size_t need = compressed_blocks_needed(r.seq_len, kRatios[i], block_tokens_);
-      if (r.compressed_blocks[i].size() < need) {
-        return refuse(c, b, "compressed_blocks", "fewer entries than the sequence's compressed blocks");
-      }
-      if (any_outside(r.compressed_blocks[i], 0, need, compressed_blocks_)) {
-        return refuse(c, b, "compressed_blocks", kOutsideCompressed);
+      if (ratio_mask >> i & 1) {
+        const auto need = static_cast<std::size_t>(compressed_rows_per_block_[i].divide_up(divide_by_ratio(seq, i)));
+        if (r.compressed_blocks[i].size() < need) {
+          return refuse(c, b, "compressed_blocks", "fewer entries than the sequence's compressed blocks");
+        }
+        if (any_outside(r.compressed_blocks[i], 0, need, compressed_blocks_)) {
+          return refuse(c, b, "compressed_blocks", kOutsideCompressed);
+        }
       }
     }
-    for (int i = 1; i < kNumRatios; ++i) c.new_rows[i] += new_compressed_rows(r.seq_len, r.query_len, kRatios[i]);
+    for (int i = 1; i < kNumRatios; ++i) c.new_rows[i] += divide_by_ratio(seq, i) - divide_by_ratio(first, i);
+    if (insert_ && r.query_len > 0 && tokens <= max_tokens_) {
+      written[0] = append_written(written_[0].data(), written[0], r.swa_blocks, swa_rows_per_block_, first, seq, b);
+      for (int i = 1; i < kNumRatios; ++i) {
+        const int lo = divide_by_ratio(first, i);
+        const int hi = divide_by_ratio(seq, i);
+        if ((ratio_mask >> i & 1) && hi > lo) {
+          written[i] = append_written(written_[i].data(), written[i], r.compressed_blocks[i],
+                                      compressed_rows_per_block_[i], lo, hi, b);
+        }
+      }
+    }
   }
   if (tokens > max_tokens_) {
     c.status = RunStatus::no_bucket;
@@ -195,20 +257,19 @@ ChunkCheck ChunkEncoder::check(const ChunkInput& chunk, int ratio_mask) noexcept
     const std::int32_t* s = chunk.swa_slots.data();
     for (int b = 0; b < c.requests; ++b) {
       const RequestInput& r = chunk.requests[static_cast<std::size_t>(b)];
-      if (!slots_follow_table(s, r.swa_blocks, swa_block_size_, r.seq_len - r.query_len, r.seq_len)) {
+      if (!slots_follow_table(s, r.swa_blocks, swa_rows_per_block_, r.seq_len - r.query_len, r.seq_len)) {
         return refuse(c, b, "swa_slots", kNotTableSlot);
       }
       s += r.query_len;
     }
     for (int i = 1; i < kNumRatios; ++i) {
       if (!(ratio_mask >> i & 1)) continue;
-      const int ratio = kRatios[i];
       s = chunk.compressed_slots[i].data();
       for (int b = 0; b < c.requests; ++b) {
         const RequestInput& r = chunk.requests[static_cast<std::size_t>(b)];
-        const int lo = (r.seq_len - r.query_len) / ratio;
-        const int hi = r.seq_len / ratio;
-        if (!slots_follow_table(s, r.compressed_blocks[i], block_tokens_ / ratio, lo, hi)) {
+        const int lo = divide_by_ratio(r.seq_len - r.query_len, i);
+        const int hi = divide_by_ratio(r.seq_len, i);
+        if (!slots_follow_table(s, r.compressed_blocks[i], compressed_rows_per_block_[i], lo, hi)) {
           return refuse(c, b, "compressed_slots", kNotTableSlot);
         }
         s += hi - lo;
@@ -219,74 +280,98 @@ ChunkCheck ChunkEncoder::check(const ChunkInput& chunk, int ratio_mask) noexcept
   // come from a block that holds new rows of two requests (or two table entries of one).
   for (int i = 0; i < kNumRatios; ++i) {
     if (i > 0 && !(ratio_mask >> i & 1)) continue;
-    const int ratio = kRatios[i];
-    const int rows_per_block = i == 0 ? swa_block_size_ : block_tokens_ / ratio;
-    std::uint64_t* out = written_[i].data();
-    std::size_t n = 0;
-    for (int b = 0; b < c.requests; ++b) {
-      const RequestInput& r = chunk.requests[static_cast<std::size_t>(b)];
-      const int lo = i == 0 ? r.seq_len - r.query_len : (r.seq_len - r.query_len) / ratio;  // first new row
-      const int hi = i == 0 ? r.seq_len : r.seq_len / ratio;                                  // past the last
-      if (hi <= lo) continue;
-      const std::span<const std::int32_t> table = i == 0 ? r.swa_blocks : r.compressed_blocks[i];
-      for (int k = lo / rows_per_block; k <= (hi - 1) / rows_per_block; ++k) {
-        out[n++] = std::uint64_t{static_cast<std::uint32_t>(table[static_cast<std::size_t>(k)])} << 32 |
-                   static_cast<std::uint32_t>(b);
-      }
-    }
     int request = -1;
-    if (shared_block(out, out + n, request)) return refuse(c, request, i == 0 ? "swa_blocks" : "compressed_blocks", kShared);
+    std::uint64_t* out = written_[i].data();
+    if (shared_block(out, out + written[i], request)) {
+      return refuse(c, request, i == 0 ? "swa_blocks" : "compressed_blocks", kShared);
+    }
   }
   return c;
+}
+
+namespace {
+/// Prefetches the lines of table[first, last) (first < last, clamped to the table).
+void prefetch_entries(std::span<const std::int32_t> table, std::size_t first, std::size_t last) noexcept {
+  if (table.empty() || first >= last) return;
+  last = std::min(last, table.size());
+  first = std::min(first, last - 1);
+  __builtin_prefetch(table.data() + first);
+  __builtin_prefetch(table.data() + last - 1);  // the same line or the next: the rows are short
+}
+}  // namespace
+
+void ChunkEncoder::prefetch(const ChunkInput& chunk, int ratio_mask) const noexcept {
+  for (const RequestInput& r : chunk.requests) {
+    if (r.query_len < 0 || r.seq_len < r.query_len || r.seq_len > max_model_len_) continue;
+    const int seq = r.seq_len;
+    prefetch_entries(r.swa_blocks,
+                     static_cast<std::size_t>(swa_rows_per_block_.divide(seq - gather_len(seq, r.query_len, window_))),
+                     static_cast<std::size_t>(swa_rows_per_block_.divide_up(seq)));
+    for (int i = 1; i < kNumRatios; ++i) {
+      if (ratio_mask >> i & 1) {
+        prefetch_entries(r.compressed_blocks[i], 0,
+                         static_cast<std::size_t>(compressed_rows_per_block_[i].divide_up(divide_by_ratio(seq, i))));
+      }
+    }
+  }
 }
 
 void ChunkEncoder::write(const ChunkInput& chunk, const ChunkCheck& c, int ratio_mask, std::int32_t* w,
                          const ChunkRows& rows) const noexcept {
   const int n = c.requests;
+  std::int32_t* const qsl = w + layout_.query_start_loc;
+  std::int32_t* const seq_lens = w + layout_.seq_lens;
+  std::int32_t* const gather_lens = w + layout_.gather_lens;
+  int start = 0;
   int max_gather = 0;
-  int* qsl = w + layout_.query_start_loc;
+  int max_seq = 0;
   qsl[0] = 0;
-  for (int b = 0; b < max_requests_; ++b) {
-    const bool real = b < n;
-    const RequestInput* r = real ? &chunk.requests[static_cast<std::size_t>(b)] : nullptr;
-    const int seq = real ? r->seq_len : 0;
-    const int gather = real ? gather_len(seq, r->query_len, window_) : 0;
-    qsl[b + 1] = qsl[b] + (real ? r->query_len : 0);
-    w[layout_.seq_lens + b] = seq;
-    w[layout_.gather_lens + b] = gather;
+  for (int b = 0; b < n; ++b) {
+    const RequestInput& r = chunk.requests[static_cast<std::size_t>(b)];
+    const int seq = r.seq_len;
+    const int gather = gather_len(seq, r.query_len, window_);
+    start += r.query_len;
+    qsl[b + 1] = start;
+    seq_lens[b] = seq;
+    gather_lens[b] = gather;
     max_gather = std::max(max_gather, gather);
-    if (!real) continue;
+    max_seq = std::max(max_seq, seq);
     // Only the SWA blocks of the window positions [seq - gather, seq) are ever read (the gather's
     // window and the insert's new tokens): the rest of the row is left as it was.
-    const auto swa_first = static_cast<std::size_t>((seq - gather) / swa_block_size_);
-    const auto swa_end = static_cast<std::size_t>(blocks_for_rows(seq, swa_block_size_));
+    const auto swa_first = static_cast<std::size_t>(swa_rows_per_block_.divide(seq - gather));
+    const auto swa_end = static_cast<std::size_t>(swa_rows_per_block_.divide_up(seq));
     if (swa_end > swa_first) {
-      std::memcpy(w + layout_.swa_block_table + b * layout_.swa_table_width + swa_first,
-                  r->swa_blocks.data() + swa_first, (swa_end - swa_first) * 4);
+      copy_words(w + layout_.swa_block_table + b * layout_.swa_table_width + swa_first, r.swa_blocks.data() + swa_first,
+                 swa_end - swa_first);
     }
     for (int i = 1; i < kNumRatios; ++i) {
       if (!(ratio_mask >> i & 1)) continue;
-      const std::size_t need = compressed_blocks_needed(seq, kRatios[i], block_tokens_);
+      const auto need = static_cast<std::size_t>(compressed_rows_per_block_[i].divide_up(divide_by_ratio(seq, i)));
       if (need > 0) {
-        std::memcpy(w + layout_.compressed_block_table[i] + b * layout_.compressed_table_width,
-                    r->compressed_blocks[i].data(), need * 4);
+        copy_words(w + layout_.compressed_block_table[i] + b * layout_.compressed_table_width,
+                   r.compressed_blocks[i].data(), need);
       }
     }
   }
+  // Padded requests: zero lengths.
+  for (int b = n; b < max_requests_; ++b) {
+    qsl[b + 1] = start;
+    seq_lens[b] = 0;
+    gather_lens[b] = 0;
+  }
+  auto* const scalars = reinterpret_cast<kernels::ChunkScalars*>(w + layout_.scalars);
   for (int i = 0; i < kNumRatios; ++i) {
-    int n_rows = 0;
-    for (int b = 0; b < n; ++b) {
-      n_rows = std::max(n_rows, compressed_rows(chunk.requests[static_cast<std::size_t>(b)].seq_len, kRatios[i]));
-    }
-    auto* sc = reinterpret_cast<kernels::ChunkScalars*>(w + layout_.scalars) + i;
-    sc->num_requests = n;
-    sc->num_tokens = c.tokens;
-    sc->n_rows = n_rows;
-    sc->m_rows = n_rows + max_gather;
-    sc->new_rows = insert_ ? c.new_rows[i] : 0;
-    sc->derive_slots = c.derive_slots ? 1 : 0;
-    sc->token_offset = rows.token_offset;
-    sc->new_row_offset = i > 0 ? rows.new_row_offset[i] : 0;
+    // N: the most compressed rows of any request, seq_len / r of the longest (none for r = 1).
+    const int n_rows = i > 0 ? divide_by_ratio(max_seq, i) : 0;
+    kernels::ChunkScalars& sc = scalars[i];
+    sc.num_requests = n;
+    sc.num_tokens = c.tokens;
+    sc.n_rows = n_rows;
+    sc.m_rows = n_rows + max_gather;
+    sc.new_rows = insert_ ? c.new_rows[i] : 0;
+    sc.derive_slots = c.derive_slots ? 1 : 0;
+    sc.token_offset = rows.token_offset;
+    sc.new_row_offset = i > 0 ? rows.new_row_offset[i] : 0;
   }
   if (insert_ && n > 0 && !c.derive_slots) {
     std::memcpy(w + layout_.swa_slots, chunk.swa_slots.data(), chunk.swa_slots.size_bytes());

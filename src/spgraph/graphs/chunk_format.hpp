@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "spgraph/core/divisor.hpp"
 #include "spgraph/graphs/run_status.hpp"
 #include "spgraph/kernels/chunk.hpp"
 #include "spgraph/model/pipeline_config.hpp"
@@ -173,6 +174,12 @@ class ChunkEncoder {
   ///    one request twice: two writes to one slot in a step would race.
   [[nodiscard]] ChunkCheck check(const ChunkInput& chunk, int ratio_mask) noexcept;
 
+  /// Starts fetching into the caches the block-table entries check() and write() read of `chunk`
+  /// (the window's SWA entries, the compressed tables of the ratios in `ratio_mask`), so that a
+  /// step's cache misses overlap instead of following each other. Reads only the requests and
+  /// touches nothing else; requests with lengths check() would refuse are skipped.
+  void prefetch(const ChunkInput& chunk, int ratio_mask) const noexcept;
+
   /// Writes a checked chunk's metadata into `words` (a block of layout().words), only what the
   /// kernels read this step: padded requests get zero lengths, and of the SWA block table only
   /// the entries of the window positions [seq_len - gather_len, seq_len) are written.
@@ -185,11 +192,14 @@ class ChunkEncoder {
   int max_tokens_;
   int max_model_len_;
   int window_;
-  int swa_block_size_;
   int block_tokens_;
   int swa_blocks_;         // blocks of each SWA cache
   int compressed_blocks_;  // blocks of each compressed cache
   bool insert_;
+  // The per-request divisions by the block sizes, as multiplies: rows per SWA block, and per
+  // ratio index (index 0 unused) compressed rows per block, block_tokens / r.
+  core::Divisor swa_rows_per_block_;
+  core::Divisor compressed_rows_per_block_[kNumRatios];
   ChunkMetaLayout layout_;
   // Scratch of the shared-block check: (block id, request) of every block a chunk writes, per
   // ratio index (0: the SWA cache). Sized at construction for the largest chunk.

@@ -250,9 +250,7 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
     }
     kernels::StepLoop::can_implement(step_loop_args(0));
     kernels::StepLoop::can_implement(step_loop_args(1));
-    splitter_ = std::make_unique<StepSplitter>(config_, step_layout_);
-    step_checks_.resize(static_cast<std::size_t>(step_layout_.max_chunks));
-    step_buckets_.resize(static_cast<std::size_t>(step_layout_.max_chunks));
+    stager_ = std::make_unique<StepStager>(config_, step_layout_, buckets_, encoder_);
   }
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
 }
@@ -556,45 +554,22 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
   using Clock = std::chrono::steady_clock;
   const bool timed = options_.time_host_phases;
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
-  const StepSplit split = splitter_->split(step);
-  if (split.status != RunStatus::ok) return refused(result, split.status, split.bad_request, split);
-  result.chunks = split.chunks;
   // Every chunk is checked before anything is written: a refused step leaves the staging block as it was.
   const int mask = program_ratios_[static_cast<std::size_t>(program)];
-  for (int c = 0; c < split.chunks; ++c) {
-    const ChunkInput chunk = splitter_->chunk(c);
-    ChunkCheck& checked = step_checks_[static_cast<std::size_t>(c)];
-    checked = encoder_.check(chunk, mask);
-    int bucket = -1;
-    if (checked.status == RunStatus::ok) {
-      bucket = buckets_.lookup(checked.requests, checked.tokens);
-      if (bucket < 0) checked.status = RunStatus::no_bucket;
-    }
-    if (checked.status != RunStatus::ok) {
-      result.bad_chunk = c;
-      return refused(result, checked.status,
-                     checked.bad_request < 0 ? -1 : splitter_->request_of(c, checked.bad_request), checked);
-    }
-    step_buckets_[static_cast<std::size_t>(c)] = bucket;
+  const StepCheck checked = stager_->check(step, mask);
+  result.chunks = checked.chunks;
+  if (checked.status != RunStatus::ok) {
+    result.bad_chunk = checked.bad_chunk;
+    return refused(result, checked.status, checked.bad_request, checked);
   }
   const int s = static_cast<int>(steps_ & 1);
   if (!acquire_staging(2 + s, result)) return result;
-  std::int32_t* const block = step_staging_[s];
-  ChunkRows rows;  // chunk c's rows follow chunk c - 1's in the step's buffers
-  for (int c = 0; c < split.chunks; ++c) {
-    const ChunkCheck& checked = step_checks_[static_cast<std::size_t>(c)];
-    encoder_.write(splitter_->chunk(c), checked, mask, block + step_layout_.chunk_offset(c), rows);
-    rows = rows.next(checked);
-    block[kernels::StepStateWords::buckets + c] = step_buckets_[static_cast<std::size_t>(c)];
-  }
-  block[kernels::StepStateWords::count] = split.chunks;
+  stager_->write(mask, step_staging_[s]);
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
   const std::vector<const Pipeline*>& bodies = bodies_[static_cast<std::size_t>(program)];
   submit(2 + s, stream, result, [&] {
     return graph ? step_execs_[static_cast<std::size_t>(program)][static_cast<std::size_t>(s)].launch(stream)
-                 : record_step_eager(step_loop_args(s), bodies,
-                                     std::span<const int>(step_buckets_.data(), static_cast<std::size_t>(split.chunks)),
-                                     stream);
+                 : record_step_eager(step_loop_args(s), bodies, stager_->buckets(), stream);
   });
   // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
   if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;

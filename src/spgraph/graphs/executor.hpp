@@ -285,9 +285,7 @@ class Executor {
   StepLayout step_layout_;
   std::int32_t* step_staging_[2]{nullptr, nullptr};
   std::int32_t* step_state_{nullptr};
-  std::unique_ptr<StepSplitter> splitter_;
-  std::vector<ChunkCheck> step_checks_;
-  std::vector<int> step_buckets_;
+  std::unique_ptr<StepStager> stager_;  // the step's split, checks and buckets (scratch sized once)
   std::vector<std::unique_ptr<Pipeline>> step_pipelines_;  // the bodies, program-major (step rows)
   std::vector<std::vector<const Pipeline*>> bodies_;
   std::int32_t* step_meta_{nullptr};  // device step blocks: every chunk's metadata, staged by head

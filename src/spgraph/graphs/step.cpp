@@ -136,6 +136,63 @@ ChunkInput StepSplitter::chunk(int c) const noexcept {
   return in;
 }
 
+StepStager::StepStager(const model::PipelineConfig& config, const StepLayout& layout, const BucketSet& buckets,
+                       ChunkEncoder& encoder)
+    : layout_(layout),
+      bucket_set_(buckets),
+      encoder_(encoder),
+      splitter_(config, layout),
+      checks_(static_cast<std::size_t>(layout.max_chunks)),
+      buckets_(static_cast<std::size_t>(layout.max_chunks)) {}
+
+StepCheck StepStager::check(const StepInput& step, int ratio_mask) noexcept {
+  StepCheck out;
+  chunks_ = 0;
+  const StepSplit split = splitter_.split(step);
+  if (split.status != RunStatus::ok) {
+    out.status = split.status;
+    out.bad_request = split.bad_request;
+    out.bad_field = split.bad_field;
+    out.bad_reason = split.bad_reason;
+    return out;
+  }
+  out.chunks = split.chunks;
+  // The step's block-table entries are scattered over the caller's memory: ask for all of them
+  // before the checks wait on the first.
+  for (int c = 0; c < split.chunks; ++c) encoder_.prefetch(splitter_.chunk(c), ratio_mask);
+  for (int c = 0; c < split.chunks; ++c) {
+    ChunkCheck& checked = checks_[static_cast<std::size_t>(c)];
+    checked = encoder_.check(splitter_.chunk(c), ratio_mask);
+    int bucket = -1;
+    if (checked.status == RunStatus::ok) {
+      bucket = bucket_set_.lookup(checked.requests, checked.tokens);
+      if (bucket < 0) checked.status = RunStatus::no_bucket;
+    }
+    if (checked.status != RunStatus::ok) {
+      out.status = checked.status;
+      out.bad_chunk = c;
+      out.bad_request = checked.bad_request < 0 ? -1 : splitter_.request_of(c, checked.bad_request);
+      out.bad_field = checked.bad_field;
+      out.bad_reason = checked.bad_reason;
+      return out;
+    }
+    buckets_[static_cast<std::size_t>(c)] = bucket;
+  }
+  chunks_ = split.chunks;
+  return out;
+}
+
+void StepStager::write(int ratio_mask, std::int32_t* block) const noexcept {
+  ChunkRows rows;  // chunk c's rows follow chunk c - 1's in the step's buffers
+  for (int c = 0; c < chunks_; ++c) {
+    const ChunkCheck& checked = checks_[static_cast<std::size_t>(c)];
+    encoder_.write(splitter_.chunk(c), checked, ratio_mask, block + layout_.chunk_offset(c), rows);
+    rows = rows.next(checked);
+    block[kernels::StepStateWords::buckets + c] = buckets_[static_cast<std::size_t>(c)];
+  }
+  block[kernels::StepStateWords::count] = chunks_;
+}
+
 std::size_t StepGraph::node_count() const {
   std::size_t n = nodes_of(graph.get()) + nodes_of(loop_body);
   for (cudaGraph_t b : bucket_bodies) n += nodes_of(b);

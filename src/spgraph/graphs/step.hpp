@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "spgraph/graphs/buckets.hpp"
 #include "spgraph/graphs/chunk_format.hpp"
 #include "spgraph/graphs/chunk_split.hpp"
 #include "spgraph/graphs/graph.hpp"
@@ -100,6 +101,48 @@ class StepSplitter {
   std::vector<RequestInput> pieces_;
   std::vector<int> piece_request_;
   std::vector<int> chunk_begin_;
+};
+
+/// @brief What checking a step found: its chunk count, or why it is refused. A refused chunk is
+///        named by its index and the request at fault by the step's numbering (-1: the whole step
+///        or a chunk-wide field), as run(StepInput) reports them.
+struct StepCheck {
+  RunStatus status{RunStatus::ok};  ///< ok, no_bucket or bad_chunk
+  int chunks{0};
+  int bad_chunk{-1};                ///< the chunk at fault (-1: the split refused the step)
+  int bad_request{-1};
+  const char* bad_field{nullptr};
+  const char* bad_reason{nullptr};
+};
+
+/// @brief The host side of run(StepInput) up to its launch: check() splits the step, checks every
+///        chunk and finds its bucket; write() then fills a step staging block. No allocation (the
+///        scratch is sized at construction), no exception; not for use by two threads at once.
+///        Holds `buckets` and `encoder` by reference: both must outlive it.
+class StepStager {
+ public:
+  StepStager(const model::PipelineConfig& config, const StepLayout& layout, const BucketSet& buckets,
+             ChunkEncoder& encoder);
+  /// Splits and checks `step` for a program of `ratio_mask` (ChunkEncoder::check). Nothing is
+  /// written anywhere but the stager's scratch.
+  [[nodiscard]] StepCheck check(const StepInput& step, int ratio_mask) noexcept;
+  /// Writes the step the last check() accepted into `block` (StepLayout::words() words): the
+  /// header (chunk count, each chunk's bucket), then each chunk's metadata on its rows of the step.
+  void write(int ratio_mask, std::int32_t* block) const noexcept;
+  /// The buckets of the last accepted step's chunks, in order.
+  [[nodiscard]] std::span<const int> buckets() const noexcept {
+    return {buckets_.data(), static_cast<std::size_t>(chunks_)};
+  }
+  [[nodiscard]] const StepSplitter& splitter() const noexcept { return splitter_; }
+
+ private:
+  StepLayout layout_;
+  const BucketSet& bucket_set_;
+  ChunkEncoder& encoder_;
+  StepSplitter splitter_;
+  std::vector<ChunkCheck> checks_;
+  std::vector<int> buckets_;
+  int chunks_{0};
 };
 
 /// @brief A captured step graph and its bodies (owned by the graph), for inspection and counting.
