@@ -359,7 +359,7 @@ nb::dict check_chunk(nb::handle config, nb::handle chunk, nb::handle layers, boo
 }
 
 /// What run_step() would refuse, without a GPU: plan_executor() with these options (every host
-/// check of the constructor), then the executor's split and chunk checks, in its order.
+/// check of the constructor), then the executor's own step check (graphs::StepStager::check).
 StepResult check_step(nb::handle config, nb::handle step, nb::handle options, int program) {
   model::PipelineConfig c = pipeline_config(config);
   c.validate();
@@ -378,29 +378,16 @@ StepResult check_step(nb::handle config, nb::handle step, nb::handle options, in
     return out;
   }
   ChunkReader reader(c, o.max_step_requests, true);
-  graphs::StepSplitter splitter(c, plan.step);
   graphs::ChunkEncoder encoder(c, o.insert);
-  const graphs::StepSplit split = splitter.split(reader.read_step(step));
-  auto refuse = [&](graphs::RunStatus status, int request, const char* field, const char* reason) {
-    out.r.status = status;
-    out.r.bad_request = request;
-    out.r.bad_field = field;
-    out.r.bad_reason = reason;
-    return out;
-  };
-  if (split.status != graphs::RunStatus::ok) {
-    return refuse(split.status, split.bad_request, split.bad_field, split.bad_reason);
-  }
-  out.r.chunks = split.chunks;
-  const int mask = plan.program_ratios[static_cast<std::size_t>(program)];
-  for (int k = 0; k < split.chunks; ++k) {
-    const graphs::ChunkCheck checked = encoder.check(splitter.chunk(k), mask);
-    if (checked.status == graphs::RunStatus::ok && plan.buckets.lookup(checked.requests, checked.tokens) >= 0) continue;
-    out.r.bad_chunk = k;
-    if (checked.status == graphs::RunStatus::ok) return refuse(graphs::RunStatus::no_bucket, -1, nullptr, nullptr);
-    return refuse(checked.status, checked.bad_request < 0 ? -1 : splitter.request_of(k, checked.bad_request),
-                  checked.bad_field, checked.bad_reason);
-  }
+  graphs::StepStager stager(c, plan.step, plan.buckets, encoder);
+  const graphs::StepCheck checked =
+      stager.check(reader.read_step(step), plan.program_ratios[static_cast<std::size_t>(program)]);
+  out.r.status = checked.status;
+  out.r.chunks = checked.chunks;
+  out.r.bad_chunk = checked.bad_chunk;
+  out.r.bad_request = checked.bad_request;
+  out.r.bad_field = checked.bad_field;
+  out.r.bad_reason = checked.bad_reason;
   return out;
 }
 
