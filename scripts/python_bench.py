@@ -40,7 +40,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
@@ -312,13 +312,12 @@ def engine_buffers(config: spgraph.PipelineConfig) -> List[Dict[str, torch.Tenso
     return t
 
 
-def schedule(config: spgraph.PipelineConfig, chunks: int, seed: int = 1) -> List[Any]:
-    """serve_loop's trace (its default workload and budget), the first `chunks` chunks."""
-    sched = spgraph.PrefillScheduler(config, spgraph.SchedulerConfig(max_num_batched_tokens=8192))
+def scheduled_plans(config: spgraph.PipelineConfig, sc: Any, seed: int = 1) -> Iterator[Any]:
+    """serve_loop's default workload through a scheduler of `sc`: its StepPlans, batch after batch."""
+    sched = spgraph.PrefillScheduler(config, sc)
     wc = spgraph.WorkloadConfig(num_requests=256, min_prompt_len=1024, max_prompt_len=65536, lengths="log-normal")
-    out: List[Any] = []
     batch = next_id = 0
-    while len(out) < chunks:
+    while True:
         if sched.done:
             wc.seed = seed * 1000003 + batch
             batch += 1
@@ -328,7 +327,16 @@ def schedule(config: spgraph.PipelineConfig, chunks: int, seed: int = 1) -> List
                 r.id = next_id
                 next_id += 1
             sched.submit(reqs)
-        out.extend(sched.schedule().chunks)
+        yield sched.schedule()
+
+
+def schedule(config: spgraph.PipelineConfig, chunks: int, seed: int = 1) -> List[Any]:
+    """serve_loop's trace (its default workload and budget), the first `chunks` chunks."""
+    out: List[Any] = []
+    for plan in scheduled_plans(config, spgraph.SchedulerConfig(max_num_batched_tokens=8192), seed):
+        if len(out) >= chunks:
+            break
+        out.extend(plan.chunks)
     return out[:chunks]
 
 
@@ -337,21 +345,10 @@ def schedule_steps(config: spgraph.PipelineConfig, steps: int, budget: int, max_
     """serve_loop --one-launch's trace (its default workload): the first `steps` StepPlans with chunks."""
     sc = spgraph.SchedulerConfig(max_num_batched_tokens=budget)
     sc.max_chunks_per_step = max_chunks
-    sched = spgraph.PrefillScheduler(config, sc)
-    wc = spgraph.WorkloadConfig(num_requests=256, min_prompt_len=1024, max_prompt_len=65536, lengths="log-normal")
     out: List[Any] = []
-    batch = next_id = 0
-    while len(out) < steps:
-        if sched.done:
-            wc.seed = seed * 1000003 + batch
-            batch += 1
-            wc.first_step = sched.next_step
-            reqs = spgraph.make_workload(wc)
-            for r in reqs:
-                r.id = next_id
-                next_id += 1
-            sched.submit(reqs)
-        plan = sched.schedule()
+    for plan in scheduled_plans(config, sc, seed):
+        if len(out) >= steps:
+            break
         if plan.chunks:
             out.append(plan)
     return out
