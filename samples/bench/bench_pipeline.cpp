@@ -20,6 +20,27 @@
 
 namespace spg::bench {
 
+void fill_layer_inputs(graphs::Executor& ex) {
+  const auto& c = ex.config();
+  for (std::size_t l = 0; l < c.layers.size(); ++l) {
+    const auto& layer = c.layers[l];
+    const graphs::LayerBuffers& v = ex.layer(l);
+    for (const graphs::PagedCache* cache : {&v.swa_cache, &v.compressed_cache}) {
+      if (cache->data == nullptr) continue;
+      const kernels::CacheLayout& cl = cache->layout;
+      SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(cache->data, cl.num_blocks, cl.block_size, cl.block_stride,
+                                                       (cache == &v.swa_cache ? 11 : 23) + l, ex.stream()));
+    }
+    const std::size_t elems = v.q.extent(0) * layer.h_q * layer.d_qk;  // every row a launch reads
+    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(v.q.data_handle(), elems, 5, static_cast<int>(l), ex.stream()));
+    if (layer.attn_sink) {
+      std::vector<float> sink(static_cast<std::size_t>(layer.h_q));
+      for (std::size_t h = 0; h < sink.size(); ++h) sink[h] = kernels::front_q_value(9, static_cast<int>(l), h);
+      SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
+    }
+  }
+}
+
 namespace {
 
 using graphs::kNumRatios;
@@ -116,24 +137,7 @@ void make_chunk(const model::PipelineConfig& c, const Workload& w, int rotation,
 
 /// Caches full of random data, query rows, sinks and the front's K rows and top-k indices.
 void fill_inputs(graphs::Executor& ex, const BenchChunk& chunk) {
-  const auto& c = ex.config();
-  for (std::size_t l = 0; l < c.layers.size(); ++l) {
-    const auto& layer = c.layers[l];
-    const graphs::LayerBuffers& v = ex.layer(l);
-    for (const graphs::PagedCache* cache : {&v.swa_cache, &v.compressed_cache}) {
-      if (cache->data == nullptr) continue;
-      const kernels::CacheLayout& cl = cache->layout;
-      SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(cache->data, cl.num_blocks, cl.block_size, cl.block_stride,
-                                                       (cache == &v.swa_cache ? 11 : 23) + l, ex.stream()));
-    }
-    const std::size_t elems = std::size_t{1} * c.max_tokens * layer.h_q * layer.d_qk;
-    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(v.q.data_handle(), elems, 5, static_cast<int>(l), ex.stream()));
-    if (layer.attn_sink) {
-      std::vector<float> sink(static_cast<std::size_t>(layer.h_q));
-      for (std::size_t h = 0; h < sink.size(); ++h) sink[h] = kernels::front_q_value(9, static_cast<int>(l), h);
-      SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
-    }
-  }
+  fill_layer_inputs(ex);
   int new_rows[kNumRatios] = {0, static_cast<int>(chunk.comp_slots[1].size()), static_cast<int>(chunk.comp_slots[2].size())};
   SPG_CUDA_TRY(kernels::SyntheticFront::run(samples::make_front_args(samples::front_layers(ex), chunk.qsl, chunk.seq_lens, new_rows, 3, 0),
                                             ex.stream()));

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "samples/bench/report.hpp"
+#include "spgraph/graphs/executor.hpp"
 
 namespace spg::bench {
 
@@ -16,5 +17,9 @@ void run_pipeline_benchmarks(Reporter& reporter, bool quick);
 void dump_small_workload(const std::string& dir);
 /// Table D (warm-up half): capture time, graph count and memory for the default V4 program.
 void run_executor_benchmarks(Reporter& reporter);
+/// Every layer's caches full of random data, every row of its q buffer (a whole step's with
+/// steps) and its sinks, on the executor's stream (the sinks copied synchronously). Tables B and D
+/// run the synthetic front after it for the K rows and top-k indices.
+void fill_layer_inputs(graphs::Executor& ex);
 
 }  // namespace spg::bench

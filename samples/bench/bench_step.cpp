@@ -15,6 +15,7 @@
 #include "spgraph/graphs/step.hpp"
 #include "spgraph/kernels/spin/spin.hpp"
 #include "spgraph/kernels/synthetic_front/synthetic_front.hpp"
+#include "samples/bench/bench_pipeline.hpp"
 #include "samples/bench/probes.hpp"
 #include "samples/bench/step_inputs.hpp"
 #include "samples/serve_loop_verify.hpp"
@@ -31,23 +32,7 @@ constexpr int kMaxChunks = kStepMaxChunks;
 constexpr int kReps = 200;
 
 void fill_inputs(graphs::Executor& ex) {
-  const auto& c = ex.config();
-  for (std::size_t l = 0; l < c.layers.size(); ++l) {
-    const auto& layer = c.layers[l];
-    const graphs::LayerBuffers& v = ex.layer(l);
-    for (const graphs::PagedCache* cache : {&v.swa_cache, &v.compressed_cache}) {
-      if (cache->data == nullptr) continue;
-      const kernels::CacheLayout& cl = cache->layout;
-      SPG_CUDA_TRY(kernels::SyntheticFront::fill_cache(cache->data, cl.num_blocks, cl.block_size, cl.block_stride,
-                                                       31 + l, ex.stream()));
-    }
-    const std::size_t elems = v.q.extent(0) * layer.h_q * layer.d_qk;  // every row a step reads
-    SPG_CUDA_TRY(kernels::SyntheticFront::fill_query(v.q.data_handle(), elems, 5, static_cast<int>(l), ex.stream()));
-    if (layer.attn_sink) {
-      std::vector<float> sink(static_cast<std::size_t>(layer.h_q), 0.5F);
-      SPG_CUDA_TRY(cudaMemcpy(v.attn_sink.data_handle(), sink.data(), sink.size() * 4, cudaMemcpyHostToDevice));
-    }
-  }
+  fill_layer_inputs(ex);
   // One front for the largest step's rows (a chunk run alone reads the first kT): every chunk's
   // requests have the same lengths.
   const std::vector<std::int32_t> qsl = {0, kMaxChunks * kT};

@@ -25,6 +25,24 @@ needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed"
 needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device (or no torch)")
 
 
+_ALLOCATOR_COUNTERS = ("allocation.all.allocated", "segment.all.allocated", "num_alloc_retries")
+
+
+def torch_allocator_state():
+    """The torch caching allocator's counters that any allocation moves, and its reserved bytes."""
+    stats = torch.cuda.memory_stats()
+    return {key: stats.get(key, 0) for key in _ALLOCATOR_COUNTERS}, torch.cuda.memory_reserved()
+
+
+def assert_torch_allocator_unchanged(state):
+    """Fails naming the first counter that moved since torch_allocator_state() gave `state`."""
+    counters, reserved = state
+    now = torch.cuda.memory_stats()
+    for key, value in counters.items():
+        assert now.get(key, 0) == value, key
+    assert torch.cuda.memory_reserved() == reserved
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs torch and a CUDA device; skipped otherwise")
 

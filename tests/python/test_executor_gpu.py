@@ -24,7 +24,7 @@ import weakref
 
 import pytest
 
-from conftest import HAVE_CUDA
+from conftest import HAVE_CUDA, assert_torch_allocator_unchanged, torch_allocator_state
 
 pytestmark = pytest.mark.gpu
 
@@ -260,8 +260,7 @@ def test_no_cuda_allocation_over_1000_runs():
             front.run(chunks[0], SEED, 0, stream)
             assert ex.run(chunk).ok
     torch.cuda.synchronize()
-    before = torch.cuda.memory_stats()
-    reserved = torch.cuda.memory_reserved()
+    allocator = torch_allocator_state()
     statuses = set()
     try:
         counter.reset()
@@ -275,12 +274,9 @@ def test_no_cuda_allocation_over_1000_runs():
         count, names = counter.count(), counter.names()
     finally:
         counter.detach()  # graph launches back on their fast path for the rest of the session
-    after = torch.cuda.memory_stats()
     assert statuses == {"ok"}
     assert count == 0, f"{count} CUDA allocation calls over 1000 runs: {names}"
-    for key in ("allocation.all.allocated", "segment.all.allocated", "num_alloc_retries"):
-        assert after.get(key, 0) == before.get(key, 0), key
-    assert torch.cuda.memory_reserved() == reserved
+    assert_torch_allocator_unchanged(allocator)
 
 
 def test_caller_streams_alternate():

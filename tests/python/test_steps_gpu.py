@@ -18,7 +18,7 @@ import random
 
 import pytest
 
-from conftest import HAVE_CUDA
+from conftest import HAVE_CUDA, assert_torch_allocator_unchanged, torch_allocator_state
 
 pytestmark = pytest.mark.gpu
 
@@ -323,8 +323,7 @@ def test_no_cuda_allocation_over_many_steps():
     for step in inputs:  # every input form read once before counting
         assert rig.ex.run_step(step).ok
     torch.cuda.synchronize()
-    before = torch.cuda.memory_stats()
-    reserved = torch.cuda.memory_reserved()
+    allocator = torch_allocator_state()
     statuses = set()
     chunks = 0
     try:
@@ -338,12 +337,9 @@ def test_no_cuda_allocation_over_many_steps():
         count, names = counter.count(), counter.names()
     finally:
         counter.detach()
-    after = torch.cuda.memory_stats()
     assert statuses == {"ok"} and chunks > 400
     assert count == 0, f"{count} CUDA allocation calls over 400 steps: {names}"
-    for key in ("allocation.all.allocated", "segment.all.allocated", "num_alloc_retries"):
-        assert after.get(key, 0) == before.get(key, 0), key
-    assert torch.cuda.memory_reserved() == reserved
+    assert_torch_allocator_unchanged(allocator)
 
 
 def test_refused_steps_are_statuses_as_check_step_says():
