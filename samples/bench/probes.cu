@@ -3,6 +3,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -457,6 +458,277 @@ cudaError_t launch_stream_rows_kernel(void* dst, const void* src, int rows, cuda
   return cudaGetLastError();
 }
 
+// ---- the loop probe: which structure of a device-side chunk loop costs least per chunk ----
+
+namespace {
+
+constexpr int kLoopBuckets = 3;
+constexpr int kLoopMaxChunks = 16;
+/// The loop state in device memory: [0] chunks, [1] next chunk, [2, 2 + kLoopMaxChunks) buckets.
+constexpr int kLoopStateWords = 2 + kLoopMaxChunks;
+
+/// A body kernel: one thread spins `cycles` SM clocks (~2 us), then counts the kernel in `hits`.
+__global__ void loop_work_kernel(unsigned long long* hits, long long cycles) {
+  if (threadIdx.x != 0) return;
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  atomicAdd(hits, 1ULL);
+}
+
+struct LoopHandles {
+  cudaGraphConditionalHandle loop{};
+  cudaGraphConditionalHandle select{};
+  int set_loop{0};
+  int set_select{0};
+};
+
+__global__ void loop_head_kernel(int* state, LoopHandles h) {
+  state[1] = 0;
+  if (h.set_loop != 0) cudaGraphSetConditional(h.loop, state[0] > 0 ? 1U : 0U);
+}
+
+/// step_next_kernel's part that matters here: takes the next chunk, selects its bucket's body,
+/// keeps the loop going while chunks are left. Past the last chunk it selects kLoopBuckets, out of
+/// the SWITCH's range: "If the condition does not match a body index, no body is launched" (CUDA
+/// 13.0 runtime API, cudaGraphCondTypeSwitch); the probe's hit count checks it.
+__global__ void loop_next_kernel(int* state, LoopHandles h) {
+  const int i = state[1];
+  state[1] = i + 1;
+  if (h.set_select != 0) {
+    cudaGraphSetConditional(h.select, i < state[0] ? static_cast<unsigned>(state[2 + i]) : unsigned{kLoopBuckets});
+  }
+  if (h.set_loop != 0) cudaGraphSetConditional(h.loop, i + 1 < state[0] ? 1U : 0U);
+}
+
+enum class Loop { while_switch, while_4switch, flat_16switch, while_body, flat_plain, eager };
+constexpr Loop kLoops[] = {Loop::while_switch, Loop::while_4switch, Loop::flat_16switch,
+                           Loop::while_body,   Loop::flat_plain,    Loop::eager};
+
+const char* loop_name(Loop v) {
+  static constexpr const char* kNames[] = {"while-switch", "while-4switch", "flat-16switch",
+                                           "while-body",   "flat-plain",    "eager"};
+  return kNames[static_cast<int>(v)];
+}
+
+struct LoopBuffers {
+  int* state;
+  unsigned long long* hits;
+  long long cycles;
+  int kernels;  ///< K, the body's dependent kernels
+};
+
+/// Nodes appended to one graph as a chain.
+struct Chain {
+  cudaGraph_t graph;
+  cudaGraphNode_t last{nullptr};
+  void kernel(const void* fn, unsigned threads, void** args) {
+    cudaKernelNodeParams kp{};
+    kp.func = const_cast<void*>(fn);
+    kp.gridDim = dim3(1);
+    kp.blockDim = dim3(threads);
+    kp.kernelParams = args;
+    cudaGraphNode_t n = nullptr;
+    SPG_CUDA_TRY(cudaGraphAddKernelNode(&n, graph, last != nullptr ? &last : nullptr, last != nullptr ? 1 : 0, &kp));
+    last = n;
+  }
+  std::vector<cudaGraph_t> conditional(cudaGraphConditionalHandle h, cudaGraphConditionalNodeType type, unsigned size) {
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = h;
+    cp.conditional.type = type;
+    cp.conditional.size = size;
+    cudaGraphNode_t n = nullptr;
+    SPG_CUDA_TRY(cudaGraphAddNode(&n, graph, last != nullptr ? &last : nullptr, nullptr, last != nullptr ? 1 : 0, &cp));
+    last = n;
+    return {cp.conditional.phGraph_out, cp.conditional.phGraph_out + size};
+  }
+  void body(const LoopBuffers& b) {
+    unsigned long long* hits = b.hits;
+    long long cycles = b.cycles;
+    void* args[] = {&hits, &cycles};
+    for (int k = 0; k < b.kernels; ++k) kernel(reinterpret_cast<const void*>(&loop_work_kernel), 32, args);
+  }
+};
+
+/// head -> [WHILE{] segments of [next -> SWITCH{kLoopBuckets bodies} or body] [}]; `chunks` only
+/// sizes flat-plain (the others read the chunk count from the state at run time).
+graphs::Graph build_loop(Loop v, int chunks, const LoopBuffers& b) {
+  cudaGraph_t top = nullptr;
+  SPG_CUDA_TRY(cudaGraphCreate(&top, 0));
+  graphs::Graph g(top);
+  LoopHandles h;
+  h.set_loop = v == Loop::while_switch || v == Loop::while_4switch || v == Loop::while_body ? 1 : 0;
+  h.set_select = v == Loop::while_switch || v == Loop::while_4switch || v == Loop::flat_16switch ? 1 : 0;
+  if (h.set_loop != 0) SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&h.loop, top, 0, 0));
+  int* state = b.state;
+  void* args[] = {&state, &h};
+  Chain c{top};
+  c.kernel(reinterpret_cast<const void*>(&loop_head_kernel), 1, args);
+  if (h.set_loop != 0) c = Chain{c.conditional(h.loop, cudaGraphCondTypeWhile, 1)[0]};
+  const int segments = v == Loop::while_4switch   ? 4
+                       : v == Loop::flat_16switch ? kLoopMaxChunks
+                       : v == Loop::flat_plain    ? chunks
+                                                  : 1;
+  for (int s = 0; s < segments; ++s) {
+    // One handle a SWITCH node (the docs associate a handle with one conditional node).
+    if (h.set_select != 0) SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&h.select, top, 0, 0));
+    c.kernel(reinterpret_cast<const void*>(&loop_next_kernel), 1, args);
+    if (h.set_select == 0) {
+      c.body(b);
+      continue;
+    }
+    for (cudaGraph_t body : c.conditional(h.select, cudaGraphCondTypeSwitch, kLoopBuckets)) Chain{body}.body(b);
+  }
+  return g;
+}
+
+cudaError_t launch_loop_eager(int chunks, const LoopBuffers& b, cudaStream_t stream) {
+  const LoopHandles none{};
+  loop_head_kernel<<<1, 1, 0, stream>>>(b.state, none);
+  for (int c = 0; c < chunks; ++c) {
+    loop_next_kernel<<<1, 1, 0, stream>>>(b.state, none);
+    for (int k = 0; k < b.kernels; ++k) loop_work_kernel<<<1, 32, 0, stream>>>(b.hits, b.cycles);
+  }
+  return cudaGetLastError();
+}
+
+struct LoopTimes {
+  double gpu_idle{0};
+  double gpu_steady{0};
+  double host_idle{0};
+  double host_after{0};
+  bool behind{true};  ///< the steady launches were all queued before the device reached them
+};
+
+/// Times `launch` (one step of `chunks` chunks) and checks after every synchronization that the
+/// body kernels ran chunks * K times a launch.
+LoopTimes time_loop(const std::function<cudaError_t()>& launch, Loop v, int chunks, const LoopBuffers& b,
+                    cudaStream_t stream) {
+  core::Event e0;
+  core::Event e1;
+  unsigned long long expected = 0;
+  SPG_CUDA_TRY(cudaMemsetAsync(b.hits, 0, sizeof(unsigned long long), stream));
+  auto check = [&](int launches) {
+    expected += static_cast<unsigned long long>(launches) * static_cast<unsigned long long>(chunks * b.kernels);
+    unsigned long long got = 0;
+    SPG_CUDA_TRY(cudaMemcpyAsync(&got, b.hits, sizeof got, cudaMemcpyDeviceToHost, stream));
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+    SPG_EXPECTS_AS(StateError, got == expected,
+                   "launch-probe loop " << loop_name(v) << ", " << chunks << " chunks: body kernels ran " << got
+                                        << " times, expected " << expected << " (" << chunks << " chunks x "
+                                        << b.kernels << " kernels a launch)");
+  };
+  auto us = [](auto t0, auto t1) { return std::chrono::duration<double, std::micro>(t1 - t0).count(); };
+  LoopTimes out;
+  std::vector<double> gpu;
+  std::vector<double> host;
+  for (int i = 0; i < 60; ++i) {  // idle: each launch after a synchronization
+    SPG_CUDA_TRY(cudaEventRecord(e0.get(), stream));
+    const auto t0 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(launch());
+    const auto t1 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(cudaEventRecord(e1.get(), stream));
+    check(1);
+    if (i < 5) continue;
+    host.push_back(us(t0, t1));
+    gpu.push_back(1000.0 * static_cast<double>(e1.elapsed_ms_since(e0)));
+  }
+  out.gpu_idle = median(gpu);
+  out.host_idle = median(host);
+  host.clear();
+  for (int i = 0; i < 30; ++i) {  // the launch right after a launch of the same step, still running
+    SPG_CUDA_TRY(launch());
+    const auto t0 = std::chrono::steady_clock::now();
+    SPG_CUDA_TRY(launch());
+    const auto t1 = std::chrono::steady_clock::now();
+    check(2);
+    host.push_back(us(t0, t1));
+  }
+  out.host_after = median(host);
+  // Steady: 20 launches queued behind a spin long enough for the host to queue them all.
+  gpu.clear();
+  const auto spin_ns = static_cast<unsigned long long>(2'000'000.0 + 40.0 * 1000.0 * out.host_idle);
+  for (int r = 0; r < 3; ++r) {
+    SPG_CUDA_TRY(kernels::launch_spin(spin_ns, stream));
+    SPG_CUDA_TRY(cudaEventRecord(e0.get(), stream));
+    for (int i = 0; i < 20; ++i) SPG_CUDA_TRY(launch());
+    const cudaError_t q = cudaEventQuery(e0.get());
+    if (q == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // not an error: clear it
+    } else {
+      SPG_CUDA_TRY(q);
+      out.behind = false;
+    }
+    SPG_CUDA_TRY(cudaEventRecord(e1.get(), stream));
+    check(20);
+    gpu.push_back(1000.0 * static_cast<double>(e1.elapsed_ms_since(e0)) / 20.0);
+  }
+  out.gpu_steady = median(gpu);
+  return out;
+}
+
+/// Each loop structure for 1, 4 and 16 chunks of K-kernel bodies (the table under "Loop
+/// structures" in docs/benchmarks.md): GPU time per step idle and steady, and host launch time.
+void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels) {
+  int device = 0;
+  int khz = 0;
+  SPG_CUDA_TRY(cudaGetDevice(&device));
+  SPG_CUDA_TRY(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+  SPG_EXPECTS_AS(StateError, khz > 0, "launch-probe loop: cudaDevAttrClockRate = " << khz << " kHz, expected > 0");
+  core::DeviceBuffer state(kLoopStateWords * 4);
+  core::DeviceBuffer hits(sizeof(unsigned long long));
+  const LoopBuffers b{static_cast<int*>(state.data()), static_cast<unsigned long long*>(hits.data()),
+                      2LL * khz / 1000, kernels};  // ~2 us at the peak clock
+  constexpr int kChunks[] = {1, 4, 16};
+  std::vector<graphs::GraphExec> fixed;  // the conditional graphs: one exec for every chunk count
+  for (Loop v : kLoops) {
+    if (v != Loop::flat_plain && v != Loop::eager) {
+      fixed.push_back(graphs::GraphExec::instantiate(build_loop(v, 0, b), stream));
+    }
+  }
+  LoopTimes t[6][3];
+  for (int ki = 0; ki < 3; ++ki) {
+    const int chunks = kChunks[ki];
+    std::int32_t words[kLoopStateWords] = {chunks, 0};
+    for (int c = 0; c < kLoopMaxChunks; ++c) words[2 + c] = c % kLoopBuckets;
+    SPG_CUDA_TRY(cudaMemcpyAsync(state.data(), words, sizeof words, cudaMemcpyHostToDevice, stream));
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+    const graphs::GraphExec plain = graphs::GraphExec::instantiate(build_loop(Loop::flat_plain, chunks, b), stream);
+    for (int vi = 0; vi < 6; ++vi) {
+      const Loop v = kLoops[vi];
+      const graphs::GraphExec& exec = v == Loop::flat_plain ? plain : fixed[static_cast<std::size_t>(std::min(vi, 3))];
+      const auto launch = [&]() -> cudaError_t {
+        return v == Loop::eager ? launch_loop_eager(chunks, b, stream) : exec.launch(stream);
+      };
+      t[vi][ki] = time_loop(launch, v, chunks, b, stream);
+    }
+  }
+  const std::string prefix = kernels == 6 ? "launch-probe/loop/" : "launch-probe/loop-" + std::to_string(kernels) + "/";
+  std::printf("  launch-probe loop, bodies of %d kernels of %lld cycles (~2 us), %d buckets; us, medians; +/chunk: "
+              "steady GPU time over flat-plain's, a chunk\n"
+              "  %-14s %6s %9s %10s %8s %10s %11s\n",
+              kernels, b.cycles, kLoopBuckets, "variant", "chunks", "gpu idle", "gpu steady", "+/chunk", "host idle",
+              "host after");
+  for (int vi = 0; vi < 6; ++vi) {
+    for (int ki = 0; ki < 3; ++ki) {
+      const LoopTimes& x = t[vi][ki];
+      const double over = (x.gpu_steady - t[4][ki].gpu_steady) / kChunks[ki];
+      const std::string name = prefix + loop_name(kLoops[vi]) + "/" + std::to_string(kChunks[ki]) + " chunks";
+      const char* mode = kLoops[vi] == Loop::eager ? "eager" : "graph";
+      rep.add({"executor", name, mode, "gpu_us_idle", x.gpu_idle});
+      rep.add({"executor", name, mode, "gpu_us_steady", x.gpu_steady});
+      rep.add({"executor", name, mode, "host_launch_us", x.host_idle});
+      rep.add({"executor", name, mode, "host_launch_us_after_launch", x.host_after});
+      std::printf("  %-14s %6d %9.2f %9.2f%s %+8.2f %10.2f %11.2f\n", loop_name(kLoops[vi]), kChunks[ki], x.gpu_idle,
+                  x.gpu_steady, x.behind ? " " : "*", over, x.host_idle, x.host_after);
+    }
+  }
+  std::printf("  (* the device caught up with the host during the steady launches: host-bound)\n");
+}
+
+}  // namespace
+
 void run_launch_probe(Reporter& rep) {
   constexpr int kWords = 9 * 1024;  // 36 KiB, about the default program's staging block
   core::Stream stream;
@@ -502,6 +774,13 @@ void run_launch_probe(Reporter& rep) {
   run_property_probe(rep, stream.get());
   run_load_probe(rep, stream.get());
   run_cupti_probe(rep, stream.get());
+  run_loop_probe(rep);
+}
+
+void run_loop_probe(Reporter& rep) {
+  core::Stream stream;
+  run_loop_structures(rep, stream.get(), 6);
+  run_loop_structures(rep, stream.get(), 48);
 }
 
 }  // namespace spg::bench

@@ -17,7 +17,15 @@ namespace spg::bench {
 /// Straight-line graphs of K empty kernels, led by nothing, by a pinned-to-device copy node, or
 /// by a kernel that reads the pinned block itself; then the property probes (idle device), and
 /// the load probe ("launch-probe/load/...": idle against busy, one property at a time).
+/// Then run_loop_probe.
 void run_launch_probe(Reporter& reporter);
+
+/// The loop probe (`bench --tables L` alone, part of D): rows "launch-probe/loop/<variant>/<k>
+/// chunks" (6-kernel bodies) and "launch-probe/loop-48/..." (48), metrics gpu_us_idle,
+/// gpu_us_steady, host_launch_us, host_launch_us_after_launch: the GPU and host cost of device-side
+/// chunk loops of several structures (docs/benchmarks.md, "Which loop structure costs least per
+/// chunk"). @throws StateError if a structure ran the wrong count of body kernels; CudaError.
+void run_loop_probe(Reporter& reporter);
 
 /// @brief Host microseconds of one launch, medians: on an idle device (synchronized after each),
 ///        busy (16 launches back to back behind a 3 ms spin, the device behind the host), and
