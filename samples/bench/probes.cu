@@ -476,6 +476,18 @@ __global__ void loop_work_kernel(unsigned long long* hits, long long cycles) {
   atomicAdd(hits, 1ULL);
 }
 
+/// The same with programmatic dependent launch, as the layers' kernels do: waits for the kernel
+/// before it, then lets the next one launch (its CTA then waits in griddepcontrol.wait).
+__global__ void loop_work_pdl_kernel(unsigned long long* hits, long long cycles) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (threadIdx.x != 0) return;
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  atomicAdd(hits, 1ULL);
+}
+
 struct LoopHandles {
   cudaGraphConditionalHandle loop{};
   cudaGraphConditionalHandle select{};
@@ -516,20 +528,28 @@ struct LoopBuffers {
   unsigned long long* hits;
   long long cycles;
   int kernels;  ///< K, the body's dependent kernels
+  bool pdl;     ///< kernels 1..K-1 of a body hang on programmatic edges (loop_work_pdl_kernel)
 };
 
 /// Nodes appended to one graph as a chain.
 struct Chain {
   cudaGraph_t graph;
   cudaGraphNode_t last{nullptr};
-  void kernel(const void* fn, unsigned threads, void** args) {
-    cudaKernelNodeParams kp{};
-    kp.func = const_cast<void*>(fn);
-    kp.gridDim = dim3(1);
-    kp.blockDim = dim3(threads);
-    kp.kernelParams = args;
+  void kernel(const void* fn, unsigned threads, void** args, bool programmatic = false) {
+    cudaGraphNodeParams np{};
+    np.type = cudaGraphNodeTypeKernel;
+    np.kernel.func = const_cast<void*>(fn);
+    np.kernel.gridDim = dim3(1);
+    np.kernel.blockDim = dim3(threads);
+    np.kernel.kernelParams = args;
+    cudaGraphEdgeData edge{};
+    if (programmatic) {  // the edge PDL capture makes: the kernel may launch once its predecessor triggers
+      edge.from_port = cudaGraphKernelNodePortProgrammatic;
+      edge.type = cudaGraphDependencyTypeProgrammatic;
+    }
     cudaGraphNode_t n = nullptr;
-    SPG_CUDA_TRY(cudaGraphAddKernelNode(&n, graph, last != nullptr ? &last : nullptr, last != nullptr ? 1 : 0, &kp));
+    SPG_CUDA_TRY(cudaGraphAddNode(&n, graph, last != nullptr ? &last : nullptr, last != nullptr ? &edge : nullptr,
+                                  last != nullptr ? 1 : 0, &np));
     last = n;
   }
   std::vector<cudaGraph_t> conditional(cudaGraphConditionalHandle h, cudaGraphConditionalNodeType type, unsigned size) {
@@ -547,7 +567,9 @@ struct Chain {
     unsigned long long* hits = b.hits;
     long long cycles = b.cycles;
     void* args[] = {&hits, &cycles};
-    for (int k = 0; k < b.kernels; ++k) kernel(reinterpret_cast<const void*>(&loop_work_kernel), 32, args);
+    const void* fn = b.pdl ? reinterpret_cast<const void*>(&loop_work_pdl_kernel)
+                           : reinterpret_cast<const void*>(&loop_work_kernel);
+    for (int k = 0; k < b.kernels; ++k) kernel(fn, 32, args, b.pdl && k > 0);
   }
 };
 
@@ -588,7 +610,23 @@ cudaError_t launch_loop_eager(int chunks, const LoopBuffers& b, cudaStream_t str
   loop_head_kernel<<<1, 1, 0, stream>>>(b.state, none);
   for (int c = 0; c < chunks; ++c) {
     loop_next_kernel<<<1, 1, 0, stream>>>(b.state, none);
-    for (int k = 0; k < b.kernels; ++k) loop_work_kernel<<<1, 32, 0, stream>>>(b.hits, b.cycles);
+    for (int k = 0; k < b.kernels; ++k) {
+      if (!b.pdl) {
+        loop_work_kernel<<<1, 32, 0, stream>>>(b.hits, b.cycles);
+        continue;
+      }
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr.val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(1);
+      cfg.blockDim = dim3(32);
+      cfg.stream = stream;
+      cfg.attrs = k > 0 ? &attr : nullptr;
+      cfg.numAttrs = k > 0 ? 1 : 0;
+      const cudaError_t e = cudaLaunchKernelEx(&cfg, loop_work_pdl_kernel, b.hits, b.cycles);
+      if (e != cudaSuccess) return e;
+    }
   }
   return cudaGetLastError();
 }
@@ -670,7 +708,7 @@ LoopTimes time_loop(const std::function<cudaError_t()>& launch, Loop v, int chun
 
 /// Each loop structure for 1, 4 and 16 chunks of K-kernel bodies (the table under "Loop
 /// structures" in docs/benchmarks.md): GPU time per step idle and steady, and host launch time.
-void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels) {
+void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels, bool pdl) {
   int device = 0;
   int khz = 0;
   SPG_CUDA_TRY(cudaGetDevice(&device));
@@ -679,7 +717,7 @@ void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels) {
   core::DeviceBuffer state(kLoopStateWords * 4);
   core::DeviceBuffer hits(sizeof(unsigned long long));
   const LoopBuffers b{static_cast<int*>(state.data()), static_cast<unsigned long long*>(hits.data()),
-                      2LL * khz / 1000, kernels};  // ~2 us at the peak clock
+                      2LL * khz / 1000, kernels, pdl};  // ~2 us at the peak clock
   constexpr int kChunks[] = {1, 4, 16};
   std::vector<graphs::GraphExec> fixed;  // the conditional graphs: one exec for every chunk count
   for (Loop v : kLoops) {
@@ -704,11 +742,14 @@ void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels) {
       t[vi][ki] = time_loop(launch, v, chunks, b, stream);
     }
   }
-  const std::string prefix = kernels == 6 ? "launch-probe/loop/" : "launch-probe/loop-" + std::to_string(kernels) + "/";
-  std::printf("  launch-probe loop, bodies of %d kernels of %lld cycles (~2 us), %d buckets; us, medians; +/chunk: "
+  char prefix_text[48];  // launch-probe/loop[-K][-pdl]/ (snprintf: g++ 12 warns on the string concatenation)
+  std::snprintf(prefix_text, sizeof prefix_text, "launch-probe/loop%s%.0d%s/", kernels != 6 ? "-" : "",
+                kernels != 6 ? kernels : 0, pdl ? "-pdl" : "");
+  const std::string prefix = prefix_text;
+  std::printf("  launch-probe loop, bodies of %d kernels of %lld cycles (~2 us)%s, %d buckets; us, medians; +/chunk: "
               "steady GPU time over flat-plain's, a chunk\n"
               "  %-14s %6s %9s %10s %8s %10s %11s\n",
-              kernels, b.cycles, kLoopBuckets, "variant", "chunks", "gpu idle", "gpu steady", "+/chunk", "host idle",
+              kernels, b.cycles, pdl ? " on programmatic edges" : "", kLoopBuckets, "variant", "chunks", "gpu idle", "gpu steady", "+/chunk", "host idle",
               "host after");
   for (int vi = 0; vi < 6; ++vi) {
     for (int ki = 0; ki < 3; ++ki) {
@@ -779,8 +820,10 @@ void run_launch_probe(Reporter& rep) {
 
 void run_loop_probe(Reporter& rep) {
   core::Stream stream;
-  run_loop_structures(rep, stream.get(), 6);
-  run_loop_structures(rep, stream.get(), 48);
+  for (bool pdl : {false, true}) {
+    run_loop_structures(rep, stream.get(), 6, pdl);
+    run_loop_structures(rep, stream.get(), 48, pdl);
+  }
 }
 
 }  // namespace spg::bench
