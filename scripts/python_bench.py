@@ -18,6 +18,8 @@ never loaded) with the chunk as a ChunkPlan (slot lists or derived slots), as Nu
 and as lists; the ChunkPlan call split up (the extension's method called directly, on the torch
 stream and on the executor's own stream); and the C++ part of the same call (time_host_phases:
 staging, launch, record; staging excludes the wait for a staging block, as the call time does).
+The -idle-device variants synchronize before each call (outside the timing): the call onto an idle
+device, against the others' calls queued behind the device's work.
 With --one-launch also Executor.run_step: the same programs with the step options (64 requests,
 --budget tokens), host time per run_step from Python over serve_loop's scheduler steps (the
 scheduler capping a step at 16 chunks), the step as a StepPlan and as NumPy arrays, and the chunks
@@ -390,7 +392,8 @@ def bench_steps(name: str, config: spgraph.PipelineConfig, n: int, budget: int, 
     ratios = sorted({l.compress_ratio for l in config.layers if l.compress_ratio > 1})
     options = {"max_step_requests": 64, "max_step_tokens": budget}
     plans = schedule_steps(config, n, budget, 64 // config.max_requests)
-    inputs = {"stepplan": plans, "numpy": [step_as_numpy(p, ratios) for p in plans]}
+    inputs = {"stepplan": plans, "numpy": [step_as_numpy(p, ratios) for p in plans],
+              "stepplan-idle-device": plans}  # synchronized before each call, outside the timing
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(os.path.dirname(here), "samples", "python"))
     import prefill_loop  # the sample's engine tensors, step-sized
@@ -406,6 +409,8 @@ def bench_steps(name: str, config: spgraph.PipelineConfig, n: int, budget: int, 
         chunks: List[int] = []
         with torch.cuda.stream(stream):
             for i, step in enumerate(items):
+                if variant.endswith("-idle-device"):
+                    ex.synchronize()
                 t0 = clock()
                 r = ex.run_step(step)
                 t1 = clock()
@@ -452,6 +457,9 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
         # Python wrapper, no current-stream query), on the torch stream and on the executor's own
         "chunkplan-extension": chunks,
         "chunkplan-extension-own-stream": chunks,
+        # the same call onto an idle device (synchronized before each call, outside the timing):
+        # the call's own cost, with no launch queued behind a running one
+        "chunkplan-idle-device": chunks,
     }
     stream = torch.cuda.Stream()
     for phases in (False, True):
@@ -460,8 +468,9 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
         raw_run = _C.Executor.run
         handles = {"chunkplan-extension": stream.cuda_stream, "chunkplan-extension-own-stream": ex.stream}
         for variant, items in inputs.items():
-            if phases and variant != "chunkplan":
+            if phases and variant not in ("chunkplan", "chunkplan-idle-device"):
                 continue
+            idle = variant.endswith("-idle-device")
             for cp in chunks:
                 cp.slot_lists = variant != "chunkplan-derived-slots" and variant.startswith("chunkplan")
             handle = handles.get(variant)
@@ -469,6 +478,8 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
             clock = time.perf_counter_ns
             with torch.cuda.stream(stream):
                 for i, chunk in enumerate(items):
+                    if idle:
+                        ex.synchronize()
                     t0 = clock()
                     r = ex.run(chunk) if handle is None else raw_run(ex, chunk, handle, 0, False)
                     t1 = clock()
@@ -481,14 +492,15 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
                     rec.append(r.record_us)
             ex.synchronize()
             if phases:
+                pv = "cpp-phases" + ("-idle-device" if idle else "")
                 for metric, v in (("staging_us_p50", staging), ("launch_us_p50", launch), ("record_us_p50", rec)):
-                    record("executor", f"python-run/{name}", "cpp-phases", metric, pct(v, 0.5))
+                    record("executor", f"python-run/{name}", pv, metric, pct(v, 0.5))
                 # staging excludes the wait for a staging block, as the call's host time does, so
                 # call - (staging + launch + record) is what Python and the binding add per call
                 outside = [h - (a + b + c) for h, a, b, c in zip(host, staging, launch, rec)]
-                record("executor", f"python-run/{name}", "cpp-phases", "host_us_p50", pct(host, 0.5))
-                record("executor", f"python-run/{name}", "cpp-phases", "outside_phases_us_p50", pct(outside, 0.5))
-                summary.append(("executor", f"{name} C++ phases", None,
+                record("executor", f"python-run/{name}", pv, "host_us_p50", pct(host, 0.5))
+                record("executor", f"python-run/{name}", pv, "outside_phases_us_p50", pct(outside, 0.5))
+                summary.append(("executor", f"{name} C++ phases" + (" idle device" if idle else ""), None,
                                 {"staging": pct(staging, 0.5), "launch": pct(launch, 0.5), "record": pct(rec, 0.5),
                                  "call": pct(host, 0.5), "outside": pct(outside, 0.5)}))
             else:
