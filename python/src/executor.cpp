@@ -228,6 +228,8 @@ class Executor {
     }
     nb::dict d;
     d["graphs"] = w.graphs;
+    d["step_graphs"] = w.step_graphs;
+    d["one_chunk_step_graphs"] = w.one_chunk_step_graphs;
     d["buckets"] = w.buckets;
     d["programs"] = w.programs;
     d["eager_ms"] = w.eager_ms;

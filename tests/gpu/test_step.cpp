@@ -310,6 +310,7 @@ TEST_CASE("a step of k chunks in one launch writes each chunk's rows as k single
   graphs::Executor ex(cfg, step_options());
   const graphs::WarmupReport report = ex.warmup();
   CHECK(report.step_graphs == 2 * ex.programs());
+  CHECK(report.one_chunk_step_graphs == 2 * ex.programs() * ex.buckets().size());
   // The buffers hold a whole step: max_step_tokens rows, and S / r + Q compressed K rows.
   for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
     CHECK(ex.layer(l).q.extent(0) == static_cast<std::size_t>(kStepTokens));
@@ -358,6 +359,34 @@ TEST_CASE("a step of k chunks in one launch writes each chunk's rows as k single
   CHECK(buckets_seen.size() >= 5);
   CHECK(one_request_chunks > 0);
   CHECK(full_chunks > 0);
+  CHECK(ex.read_run_faults().total() == 0);
+}
+
+TEST_CASE("a step of one chunk launches as that chunk: its bucket's chunk graph, not the step loop", "[gpu][step]") {
+  const model::PipelineConfig cfg = step_program();
+  graphs::Executor ex(cfg, step_options());
+  ex.warmup();
+  World world(ex, 29);
+  graphs::StepSplitter splitter(cfg, ex.step_layout());
+  std::mt19937_64& rng = world.rng();
+  upload_step_rows(ex, random_rows(ex, rng));
+  for (const bool graph : {true, false}) {
+    INFO((graph ? "graph" : "eager"));
+    for (const int k : {1, 3, 1}) {
+      INFO("k = " << k);
+      const StepData s = step_of(cfg, splitter, k, rng);
+      const graphs::StepSplit split = splitter.split(s.input());
+      REQUIRE(split.chunks == k);
+      const graphs::ChunkInput first = splitter.chunk(0);
+      const int bucket = ex.buckets().lookup(static_cast<int>(first.requests.size()), static_cast<int>(first.num_tokens()));
+      const graphs::RunResult r = graph ? ex.run(s.input()) : ex.run_eager(s.input());
+      require_ok(r);
+      CHECK(r.chunks == k);
+      // The bucket is reported for a launch of one chunk; a step of several runs the step loop.
+      CHECK(r.bucket == (k == 1 ? bucket : -1));
+    }
+  }
+  ex.synchronize();
   CHECK(ex.read_run_faults().total() == 0);
 }
 

@@ -120,6 +120,8 @@ class StepRig:
         assert self.ex.max_step_chunks >= 16
         self.views = [self.ex.layer(l) for l in range(len(config.layers))]
         assert report["graphs"] > 0
+        assert report["step_graphs"] == 2 * report["programs"]
+        assert report["one_chunk_step_graphs"] == 2 * report["programs"] * report["buckets"]
         g = torch.Generator(device="cuda").manual_seed(seed)
         self.inputs = []
         for layer, v in zip(config.layers, self.views):

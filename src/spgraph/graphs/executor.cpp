@@ -374,6 +374,7 @@ WarmupReport Executor::warmup() {
     report.capture_ms = ms_since(t0);
   }
   std::vector<std::array<GraphExec, 2>> step_execs;
+  std::vector<std::array<GraphExec, 2>> one_chunk_execs;
   if (step_layout_.max_chunks > 0) {
     // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's
     // body, then every body once on that chunk's metadata.
@@ -396,6 +397,16 @@ WarmupReport Executor::warmup() {
           ++report.step_graphs;
         }
       }
+      // Steps of one chunk: every body behind the chunk staging block's stage-in.
+      one_chunk_execs.resize(step_pipelines.size());
+      for (std::size_t i = 0; i < step_pipelines.size(); ++i) {
+        for (int s = 0; s < 2; ++s) {
+          CaptureGuard guard(stream());
+          SPG_CUDA_TRY(step_pipelines[i]->record(s, stream()));
+          one_chunk_execs[i][static_cast<std::size_t>(s)] = GraphExec::instantiate(guard.finish(), stream());
+          ++report.one_chunk_step_graphs;
+        }
+      }
       SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
       report.capture_ms += ms_since(t1);
     }
@@ -408,6 +419,7 @@ WarmupReport Executor::warmup() {
   step_pipelines_ = std::move(step_pipelines);
   bodies_ = std::move(bodies);
   step_execs_ = std::move(step_execs);
+  one_chunk_execs_ = std::move(one_chunk_execs);
   pool_.seal();
   report.pool_device_bytes = pool_.device_bytes();
   report.pool_pinned_bytes = pool_.pinned_bytes();
@@ -446,12 +458,25 @@ RunResult Executor::launch(const ChunkInput& chunk, int program, bool graph, cud
     result.status = RunStatus::no_bucket;
     return result;
   }
+  return launch_checked(chunk, checked, program, graph, /*step_rows=*/false, stream, t0, result);
+}
+
+RunResult Executor::launch_checked(const ChunkInput& chunk, const ChunkCheck& checked, int program, bool graph,
+                                   bool step_rows, cudaStream_t stream, std::chrono::steady_clock::time_point t0,
+                                   RunResult& result) noexcept {
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.time_host_phases;
+  const int mask = program_ratios_[static_cast<std::size_t>(program)];
   const int s = static_cast<int>(steps_ & 1);
   if (!acquire_staging(s, result)) return result;
   encoder_.write(chunk, checked, mask, staging_[s]);
-  Entry* e = entry(program, result.bucket);
+  const std::size_t at = static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
+                        static_cast<std::size_t>(result.bucket);
+  const GraphExec& exec = step_rows ? one_chunk_execs_[at][static_cast<std::size_t>(s)] : entries_[at].exec[s];
+  const Pipeline& pipeline = step_rows ? *bodies_[static_cast<std::size_t>(program)][static_cast<std::size_t>(result.bucket)]
+                                       : *entries_[at].pipeline;
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
-  submit(s, stream, result, [&] { return graph ? e->exec[s].launch(stream) : e->pipeline->record(s, stream); });
+  submit(s, stream, result, [&] { return graph ? exec.launch(stream) : pipeline.record(s, stream); });
   // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
   if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;
   return result;
@@ -561,6 +586,14 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
   if (checked.status != RunStatus::ok) {
     result.bad_chunk = checked.bad_chunk;
     return refused(result, checked.status, checked.bad_request, checked);
+  }
+  // A step of one chunk is launched as a chunk: the chunk staging block and its bucket's step body
+  // behind that block's stage-in (or those kernels, eager). The same rows as the step loop's
+  // first chunk, without the loop's head, WHILE, SWITCH and tail (docs/graphs.md, "Steps").
+  if (checked.chunks == 1) {
+    result.bucket = stager_->buckets()[0];
+    return launch_checked(stager_->splitter().chunk(0), stager_->chunk_check(0), program, graph, /*step_rows=*/true,
+                          stream, t0, result);
   }
   const int s = static_cast<int>(steps_ & 1);
   if (!acquire_staging(2 + s, result)) return result;

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -85,6 +86,9 @@ struct ExecutorViews {
 struct WarmupReport {
   int graphs{0};                     ///< chunk graphs (programs x buckets x 2 staging blocks)
   int step_graphs{0};                ///< step graphs (programs x 2 staging blocks; 0 without steps)
+  /// Graphs for steps of one chunk: each bucket body with the chunk staging block's stage-in
+  /// (programs x buckets x 2 staging blocks; 0 without steps).
+  int one_chunk_step_graphs{0};
   int buckets{0};
   int programs{0};
   double eager_ms{0};                ///< one eager run of every bucket
@@ -99,6 +103,8 @@ struct WarmupReport {
 struct RunResult {
   RunStatus status{RunStatus::ok};
   cudaError_t cuda{cudaSuccess};
+  /// The bucket the chunk ran at: run(ChunkInput), and run(StepInput) of one chunk (launched as
+  /// that chunk); -1 for a step of several chunks or none.
   int bucket{-1};
   /// run(StepInput): the chunks the step was split into; for a refused chunk, which one (the
   /// request at fault is then the step's request index).
@@ -246,6 +252,12 @@ class Executor {
   [[nodiscard]] RunStatus admit(int program, bool graph, bool ready) const noexcept;
   RunResult launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept;
   RunResult launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept;
+  /// A chunk that passed its checks, with result.bucket set: the chunk staging block, then its
+  /// bucket's chunk graph (or its kernels), or with `step_rows` its bucket's step body with that
+  /// block's stage-in (a step of one chunk); `t0` is when the call began (time_host_phases).
+  RunResult launch_checked(const ChunkInput& chunk, const ChunkCheck& checked, int program, bool graph,
+                           bool step_rows, cudaStream_t stream, std::chrono::steady_clock::time_point t0,
+                           RunResult& result) noexcept;
   // The replay path's shared parts (docs/graphs.md, "The staging hazard"): wait until staging
   // block `block` (0, 1: chunk blocks; 2, 3: step blocks) is released by every launch that read
   // it; order the launch after the last one when the stream changes, write the block's sequence
@@ -290,6 +302,9 @@ class Executor {
   std::vector<std::vector<const Pipeline*>> bodies_;
   std::int32_t* step_meta_{nullptr};  // device step blocks: every chunk's metadata, staged by head
   std::vector<std::array<GraphExec, 2>> step_execs_;
+  /// [program x bucket][staging block]: bodies_' pipelines recorded whole (stage-in, then the
+  /// layers on the step's rows), the graphs of steps of one chunk.
+  std::vector<std::array<GraphExec, 2>> one_chunk_execs_;
   void* attention_workspace_{nullptr};
   bool warmed_up_{false};
   std::uint64_t steps_{0};

@@ -134,6 +134,8 @@ class StepStager {
     return {buckets_.data(), static_cast<std::size_t>(chunks_)};
   }
   [[nodiscard]] const StepSplitter& splitter() const noexcept { return splitter_; }
+  /// Chunk c's checks from the last accepted step (c < its chunk count).
+  [[nodiscard]] const ChunkCheck& chunk_check(int c) const noexcept { return checks_[static_cast<std::size_t>(c)]; }
 
  private:
   StepLayout layout_;
