@@ -476,6 +476,24 @@ __global__ void loop_work_kernel(unsigned long long* hits, long long cycles) {
   atomicAdd(hits, 1ULL);
 }
 
+/// The same with a by-value parameter block as large as the attention's (never read: the spin is
+/// never negative), and with a __grid_constant__ tensor map, as the attention kernels take theirs.
+__global__ void loop_work_params_kernel(unsigned long long* hits, long long cycles, const LargeParams p) {
+  if (threadIdx.x != 0) return;
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  atomicAdd(hits, cycles >= 0 ? 1ULL : static_cast<unsigned long long>(p.words[threadIdx.x]));
+}
+
+__global__ void loop_work_tmap_kernel(unsigned long long* hits, long long cycles, const __grid_constant__ CUtensorMap map) {
+  if (threadIdx.x != 0) return;
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  atomicAdd(hits, cycles >= 0 ? 1ULL : static_cast<unsigned long long>(reinterpret_cast<const char*>(&map)[0]));
+}
+
 /// The same with programmatic dependent launch, as the layers' kernels do: waits for the kernel
 /// before it, then lets the next one launch (its CTA then waits in griddepcontrol.wait).
 __global__ void loop_work_pdl_kernel(unsigned long long* hits, long long cycles) {
@@ -529,6 +547,8 @@ struct LoopBuffers {
   long long cycles;
   int kernels;  ///< K, the body's dependent kernels
   bool pdl;     ///< kernels 1..K-1 of a body hang on programmatic edges (loop_work_pdl_kernel)
+  /// 0: loop_work_kernel's two parameters; 1: and a 2 KiB block by value; 2: and a tensor map.
+  int params;
 };
 
 /// Nodes appended to one graph as a chain.
@@ -566,9 +586,13 @@ struct Chain {
   void body(const LoopBuffers& b) {
     unsigned long long* hits = b.hits;
     long long cycles = b.cycles;
-    void* args[] = {&hits, &cycles};
-    const void* fn = b.pdl ? reinterpret_cast<const void*>(&loop_work_pdl_kernel)
-                           : reinterpret_cast<const void*>(&loop_work_kernel);
+    LargeParams large{};
+    CUtensorMap map{};
+    void* args[] = {&hits, &cycles, b.params == 1 ? static_cast<void*>(&large) : static_cast<void*>(&map)};
+    const void* fn = b.pdl             ? reinterpret_cast<const void*>(&loop_work_pdl_kernel)
+                     : b.params == 1 ? reinterpret_cast<const void*>(&loop_work_params_kernel)
+                     : b.params == 2 ? reinterpret_cast<const void*>(&loop_work_tmap_kernel)
+                                     : reinterpret_cast<const void*>(&loop_work_kernel);
     for (int k = 0; k < b.kernels; ++k) kernel(fn, 32, args, b.pdl && k > 0);
   }
 };
@@ -611,6 +635,14 @@ cudaError_t launch_loop_eager(int chunks, const LoopBuffers& b, cudaStream_t str
   for (int c = 0; c < chunks; ++c) {
     loop_next_kernel<<<1, 1, 0, stream>>>(b.state, none);
     for (int k = 0; k < b.kernels; ++k) {
+      if (b.params == 1) {
+        loop_work_params_kernel<<<1, 32, 0, stream>>>(b.hits, b.cycles, LargeParams{});
+        continue;
+      }
+      if (b.params == 2) {
+        loop_work_tmap_kernel<<<1, 32, 0, stream>>>(b.hits, b.cycles, CUtensorMap{});
+        continue;
+      }
       if (!b.pdl) {
         loop_work_kernel<<<1, 32, 0, stream>>>(b.hits, b.cycles);
         continue;
@@ -708,7 +740,7 @@ LoopTimes time_loop(const std::function<cudaError_t()>& launch, Loop v, int chun
 
 /// Each loop structure for 1, 4 and 16 chunks of K-kernel bodies (the table under "Loop
 /// structures" in docs/benchmarks.md): GPU time per step idle and steady, and host launch time.
-void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels, bool pdl) {
+void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels, bool pdl, int params) {
   int device = 0;
   int khz = 0;
   SPG_CUDA_TRY(cudaGetDevice(&device));
@@ -717,7 +749,7 @@ void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels, bool p
   core::DeviceBuffer state(kLoopStateWords * 4);
   core::DeviceBuffer hits(sizeof(unsigned long long));
   const LoopBuffers b{static_cast<int*>(state.data()), static_cast<unsigned long long*>(hits.data()),
-                      2LL * khz / 1000, kernels, pdl};  // ~2 us at the peak clock
+                      2LL * khz / 1000, kernels, pdl, params};  // ~2 us at the peak clock
   constexpr int kChunks[] = {1, 4, 16};
   std::vector<graphs::GraphExec> fixed;  // the conditional graphs: one exec for every chunk count
   for (Loop v : kLoops) {
@@ -743,13 +775,15 @@ void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels, bool p
     }
   }
   char prefix_text[48];  // launch-probe/loop[-K][-pdl]/ (snprintf: g++ 12 warns on the string concatenation)
-  std::snprintf(prefix_text, sizeof prefix_text, "launch-probe/loop%s%.0d%s/", kernels != 6 ? "-" : "",
-                kernels != 6 ? kernels : 0, pdl ? "-pdl" : "");
+  static constexpr const char* kParams[] = {"", "-2KiB-params", "-tensor-map"};
+  std::snprintf(prefix_text, sizeof prefix_text, "launch-probe/loop%s%.0d%s%s/", kernels != 6 ? "-" : "",
+                kernels != 6 ? kernels : 0, pdl ? "-pdl" : "", kParams[params]);
   const std::string prefix = prefix_text;
-  std::printf("  launch-probe loop, bodies of %d kernels of %lld cycles (~2 us)%s, %d buckets; us, medians; +/chunk: "
+  std::printf("  launch-probe loop, bodies of %d kernels of %lld cycles (~2 us)%s%s, %d buckets; us, medians; +/chunk: "
               "steady GPU time over flat-plain's, a chunk\n"
               "  %-14s %6s %9s %10s %8s %10s %11s\n",
-              kernels, b.cycles, pdl ? " on programmatic edges" : "", kLoopBuckets, "variant", "chunks", "gpu idle", "gpu steady", "+/chunk", "host idle",
+              kernels, b.cycles, pdl ? " on programmatic edges" : "",
+              params == 1 ? " with 2 KiB by-value parameters" : params == 2 ? " with a tensor-map parameter" : "", kLoopBuckets, "variant", "chunks", "gpu idle", "gpu steady", "+/chunk", "host idle",
               "host after");
   for (int vi = 0; vi < 6; ++vi) {
     for (int ki = 0; ki < 3; ++ki) {
@@ -820,9 +854,11 @@ void run_launch_probe(Reporter& rep) {
 
 void run_loop_probe(Reporter& rep) {
   core::Stream stream;
-  for (bool pdl : {false, true}) {
-    run_loop_structures(rep, stream.get(), 6, pdl);
-    run_loop_structures(rep, stream.get(), 48, pdl);
+  // Plain bodies, then one property of the real bodies at a time: programmatic edges, a 2 KiB
+  // parameter block, a tensor-map parameter.
+  for (const auto& [pdl, params] : {std::pair{false, 0}, std::pair{true, 0}, std::pair{false, 1}, std::pair{false, 2}}) {
+    run_loop_structures(rep, stream.get(), 6, pdl, params);
+    run_loop_structures(rep, stream.get(), 48, pdl, params);
   }
 }
 
