@@ -462,18 +462,19 @@ cudaError_t launch_stream_rows_kernel(void* dst, const void* src, int rows, cuda
 
 namespace {
 
-constexpr int kLoopBuckets = 3;
+constexpr unsigned kLoopNoBody = 1U << 20;  ///< a SWITCH value past every body
 constexpr int kLoopMaxChunks = 16;
 /// The loop state in device memory: [0] chunks, [1] next chunk, [2, 2 + kLoopMaxChunks) buckets.
 constexpr int kLoopStateWords = 2 + kLoopMaxChunks;
 
-/// A body kernel: one thread spins `cycles` SM clocks (~2 us), then counts the kernel in `hits`.
+/// A body kernel: one thread a CTA spins `cycles` SM clocks (~2 us), then CTA 0 counts the kernel
+/// in `hits`.
 __global__ void loop_work_kernel(unsigned long long* hits, long long cycles) {
   if (threadIdx.x != 0) return;
   const long long t0 = clock64();
   while (clock64() - t0 < cycles) {
   }
-  atomicAdd(hits, 1ULL);
+  if (blockIdx.x == 0) atomicAdd(hits, 1ULL);  // every CTA spins; the first counts the kernel
 }
 
 /// The same with a by-value parameter block as large as the attention's (never read: the spin is
@@ -483,7 +484,7 @@ __global__ void loop_work_params_kernel(unsigned long long* hits, long long cycl
   const long long t0 = clock64();
   while (clock64() - t0 < cycles) {
   }
-  atomicAdd(hits, cycles >= 0 ? 1ULL : static_cast<unsigned long long>(p.words[threadIdx.x]));
+  if (blockIdx.x == 0) atomicAdd(hits, cycles >= 0 ? 1ULL : static_cast<unsigned long long>(p.words[threadIdx.x]));
 }
 
 __global__ void loop_work_tmap_kernel(unsigned long long* hits, long long cycles, const __grid_constant__ CUtensorMap map) {
@@ -491,7 +492,9 @@ __global__ void loop_work_tmap_kernel(unsigned long long* hits, long long cycles
   const long long t0 = clock64();
   while (clock64() - t0 < cycles) {
   }
-  atomicAdd(hits, cycles >= 0 ? 1ULL : static_cast<unsigned long long>(reinterpret_cast<const char*>(&map)[0]));
+  if (blockIdx.x == 0) {
+    atomicAdd(hits, cycles >= 0 ? 1ULL : static_cast<unsigned long long>(reinterpret_cast<const char*>(&map)[0]));
+  }
 }
 
 /// The same with programmatic dependent launch, as the layers' kernels do: waits for the kernel
@@ -503,7 +506,7 @@ __global__ void loop_work_pdl_kernel(unsigned long long* hits, long long cycles)
   const long long t0 = clock64();
   while (clock64() - t0 < cycles) {
   }
-  atomicAdd(hits, 1ULL);
+  if (blockIdx.x == 0) atomicAdd(hits, 1ULL);
 }
 
 struct LoopHandles {
@@ -519,14 +522,14 @@ __global__ void loop_head_kernel(int* state, LoopHandles h) {
 }
 
 /// step_next_kernel's part that matters here: takes the next chunk, selects its bucket's body,
-/// keeps the loop going while chunks are left. Past the last chunk it selects kLoopBuckets, out of
-/// the SWITCH's range: "If the condition does not match a body index, no body is launched" (CUDA
+/// keeps the loop going while chunks are left. Past the last chunk it selects kLoopNoBody, out of
+/// every SWITCH's range: "If the condition does not match a body index, no body is launched" (CUDA
 /// 13.0 runtime API, cudaGraphCondTypeSwitch); the probe's hit count checks it.
 __global__ void loop_next_kernel(int* state, LoopHandles h) {
   const int i = state[1];
   state[1] = i + 1;
   if (h.set_select != 0) {
-    cudaGraphSetConditional(h.select, i < state[0] ? static_cast<unsigned>(state[2 + i]) : unsigned{kLoopBuckets});
+    cudaGraphSetConditional(h.select, i < state[0] ? static_cast<unsigned>(state[2 + i]) : kLoopNoBody);
   }
   if (h.set_loop != 0) cudaGraphSetConditional(h.loop, i + 1 < state[0] ? 1U : 0U);
 }
@@ -549,17 +552,19 @@ struct LoopBuffers {
   bool pdl;     ///< kernels 1..K-1 of a body hang on programmatic edges (loop_work_pdl_kernel)
   /// 0: loop_work_kernel's two parameters; 1: and a 2 KiB block by value; 2: and a tensor map.
   int params;
+  int buckets;    ///< the SWITCH's bodies (chunk c runs bucket c % buckets)
+  unsigned grid;  ///< CTAs of each body kernel
 };
 
 /// Nodes appended to one graph as a chain.
 struct Chain {
   cudaGraph_t graph;
   cudaGraphNode_t last{nullptr};
-  void kernel(const void* fn, unsigned threads, void** args, bool programmatic = false) {
+  void kernel(const void* fn, unsigned threads, void** args, bool programmatic = false, unsigned grid = 1) {
     cudaGraphNodeParams np{};
     np.type = cudaGraphNodeTypeKernel;
     np.kernel.func = const_cast<void*>(fn);
-    np.kernel.gridDim = dim3(1);
+    np.kernel.gridDim = dim3(grid);
     np.kernel.blockDim = dim3(threads);
     np.kernel.kernelParams = args;
     cudaGraphEdgeData edge{};
@@ -593,7 +598,7 @@ struct Chain {
                      : b.params == 1 ? reinterpret_cast<const void*>(&loop_work_params_kernel)
                      : b.params == 2 ? reinterpret_cast<const void*>(&loop_work_tmap_kernel)
                                      : reinterpret_cast<const void*>(&loop_work_kernel);
-    for (int k = 0; k < b.kernels; ++k) kernel(fn, 32, args, b.pdl && k > 0);
+    for (int k = 0; k < b.kernels; ++k) kernel(fn, 32, args, b.pdl && k > 0, b.grid);
   }
 };
 
@@ -624,7 +629,9 @@ graphs::Graph build_loop(Loop v, int chunks, const LoopBuffers& b) {
       c.body(b);
       continue;
     }
-    for (cudaGraph_t body : c.conditional(h.select, cudaGraphCondTypeSwitch, kLoopBuckets)) Chain{body}.body(b);
+    for (cudaGraph_t body : c.conditional(h.select, cudaGraphCondTypeSwitch, static_cast<unsigned>(b.buckets))) {
+      Chain{body}.body(b);
+    }
   }
   return g;
 }
@@ -636,22 +643,22 @@ cudaError_t launch_loop_eager(int chunks, const LoopBuffers& b, cudaStream_t str
     loop_next_kernel<<<1, 1, 0, stream>>>(b.state, none);
     for (int k = 0; k < b.kernels; ++k) {
       if (b.params == 1) {
-        loop_work_params_kernel<<<1, 32, 0, stream>>>(b.hits, b.cycles, LargeParams{});
+        loop_work_params_kernel<<<b.grid, 32, 0, stream>>>(b.hits, b.cycles, LargeParams{});
         continue;
       }
       if (b.params == 2) {
-        loop_work_tmap_kernel<<<1, 32, 0, stream>>>(b.hits, b.cycles, CUtensorMap{});
+        loop_work_tmap_kernel<<<b.grid, 32, 0, stream>>>(b.hits, b.cycles, CUtensorMap{});
         continue;
       }
       if (!b.pdl) {
-        loop_work_kernel<<<1, 32, 0, stream>>>(b.hits, b.cycles);
+        loop_work_kernel<<<b.grid, 32, 0, stream>>>(b.hits, b.cycles);
         continue;
       }
       cudaLaunchAttribute attr{};
       attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr.val.programmaticStreamSerializationAllowed = 1;
       cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(1);
+      cfg.gridDim = dim3(b.grid);
       cfg.blockDim = dim3(32);
       cfg.stream = stream;
       cfg.attrs = k > 0 ? &attr : nullptr;
@@ -740,7 +747,20 @@ LoopTimes time_loop(const std::function<cudaError_t()>& launch, Loop v, int chun
 
 /// Each loop structure for 1, 4 and 16 chunks of K-kernel bodies (the table under "Loop
 /// structures" in docs/benchmarks.md): GPU time per step idle and steady, and host launch time.
-void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels, bool pdl, int params) {
+/// One table of the loop probe: the bodies' kernels and the variants timed.
+struct LoopCase {
+  int kernels{6};
+  bool pdl{false};
+  int params{0};     ///< LoopBuffers::params
+  int buckets{3};
+  unsigned grid{1};  ///< CTAs a body kernel
+  bool all{true};    ///< every variant; else while-switch, while-body, flat-plain and eager
+};
+
+void run_loop_structures(Reporter& rep, cudaStream_t stream, const LoopCase& lc) {
+  const int kernels = lc.kernels;
+  const bool pdl = lc.pdl;
+  const int params = lc.params;
   int device = 0;
   int khz = 0;
   SPG_CUDA_TRY(cudaGetDevice(&device));
@@ -749,24 +769,26 @@ void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels, bool p
   core::DeviceBuffer state(kLoopStateWords * 4);
   core::DeviceBuffer hits(sizeof(unsigned long long));
   const LoopBuffers b{static_cast<int*>(state.data()), static_cast<unsigned long long*>(hits.data()),
-                      2LL * khz / 1000, kernels, pdl, params};  // ~2 us at the peak clock
+                      2LL * khz / 1000, kernels, pdl, params, lc.buckets, lc.grid};  // ~2 us at the peak clock
+  const auto runs = [&](Loop v) { return lc.all || (v != Loop::while_4switch && v != Loop::flat_16switch); };
   constexpr int kChunks[] = {1, 4, 16};
   std::vector<graphs::GraphExec> fixed;  // the conditional graphs: one exec for every chunk count
   for (Loop v : kLoops) {
     if (v != Loop::flat_plain && v != Loop::eager) {
-      fixed.push_back(graphs::GraphExec::instantiate(build_loop(v, 0, b), stream));
+      fixed.push_back(runs(v) ? graphs::GraphExec::instantiate(build_loop(v, 0, b), stream) : graphs::GraphExec{});
     }
   }
   LoopTimes t[6][3];
   for (int ki = 0; ki < 3; ++ki) {
     const int chunks = kChunks[ki];
     std::int32_t words[kLoopStateWords] = {chunks, 0};
-    for (int c = 0; c < kLoopMaxChunks; ++c) words[2 + c] = c % kLoopBuckets;
+    for (int c = 0; c < kLoopMaxChunks; ++c) words[2 + c] = c % lc.buckets;
     SPG_CUDA_TRY(cudaMemcpyAsync(state.data(), words, sizeof words, cudaMemcpyHostToDevice, stream));
     SPG_CUDA_TRY(cudaStreamSynchronize(stream));
     const graphs::GraphExec plain = graphs::GraphExec::instantiate(build_loop(Loop::flat_plain, chunks, b), stream);
     for (int vi = 0; vi < 6; ++vi) {
       const Loop v = kLoops[vi];
+      if (!runs(v)) continue;
       const graphs::GraphExec& exec = v == Loop::flat_plain ? plain : fixed[static_cast<std::size_t>(std::min(vi, 3))];
       const auto launch = [&]() -> cudaError_t {
         return v == Loop::eager ? launch_loop_eager(chunks, b, stream) : exec.launch(stream);
@@ -774,18 +796,26 @@ void run_loop_structures(Reporter& rep, cudaStream_t stream, int kernels, bool p
       t[vi][ki] = time_loop(launch, v, chunks, b, stream);
     }
   }
-  char prefix_text[48];  // launch-probe/loop[-K][-pdl]/ (snprintf: g++ 12 warns on the string concatenation)
+  // launch-probe/loop[-K][-pdl|-2KiB-params|-tensor-map][-B buckets][-G ctas]/ (snprintf: g++ 12
+  // warns on the string concatenation)
+  char prefix_text[96];
+  char buckets_text[24] = "";
+  char grid_text[24] = "";
+  if (lc.buckets != 3) std::snprintf(buckets_text, sizeof buckets_text, "-%d-buckets", lc.buckets);
+  if (lc.grid != 1) std::snprintf(grid_text, sizeof grid_text, "-%u-ctas", lc.grid);
   static constexpr const char* kParams[] = {"", "-2KiB-params", "-tensor-map"};
-  std::snprintf(prefix_text, sizeof prefix_text, "launch-probe/loop%s%.0d%s%s/", kernels != 6 ? "-" : "",
-                kernels != 6 ? kernels : 0, pdl ? "-pdl" : "", kParams[params]);
+  std::snprintf(prefix_text, sizeof prefix_text, "launch-probe/loop%s%.0d%s%s%s%s/", kernels != 6 ? "-" : "",
+                kernels != 6 ? kernels : 0, pdl ? "-pdl" : "", kParams[params], buckets_text, grid_text);
   const std::string prefix = prefix_text;
-  std::printf("  launch-probe loop, bodies of %d kernels of %lld cycles (~2 us)%s%s, %d buckets; us, medians; +/chunk: "
+  std::printf("  launch-probe loop, bodies of %d kernels of %u CTAs spinning %lld cycles (~2 us)%s%s, %d buckets; us, "
+              "medians; +/chunk: "
               "steady GPU time over flat-plain's, a chunk\n"
               "  %-14s %6s %9s %10s %8s %10s %11s\n",
-              kernels, b.cycles, pdl ? " on programmatic edges" : "",
-              params == 1 ? " with 2 KiB by-value parameters" : params == 2 ? " with a tensor-map parameter" : "", kLoopBuckets, "variant", "chunks", "gpu idle", "gpu steady", "+/chunk", "host idle",
+              kernels, lc.grid, b.cycles, pdl ? " on programmatic edges" : "",
+              params == 1 ? " with 2 KiB by-value parameters" : params == 2 ? " with a tensor-map parameter" : "", lc.buckets, "variant", "chunks", "gpu idle", "gpu steady", "+/chunk", "host idle",
               "host after");
   for (int vi = 0; vi < 6; ++vi) {
+    if (!runs(kLoops[vi])) continue;
     for (int ki = 0; ki < 3; ++ki) {
       const LoopTimes& x = t[vi][ki];
       const double over = (x.gpu_steady - t[4][ki].gpu_steady) / kChunks[ki];
@@ -857,9 +887,19 @@ void run_loop_probe(Reporter& rep) {
   // Plain bodies, then one property of the real bodies at a time: programmatic edges, a 2 KiB
   // parameter block, a tensor-map parameter.
   for (const auto& [pdl, params] : {std::pair{false, 0}, std::pair{true, 0}, std::pair{false, 1}, std::pair{false, 2}}) {
-    run_loop_structures(rep, stream.get(), 6, pdl, params);
-    run_loop_structures(rep, stream.get(), 48, pdl, params);
+    run_loop_structures(rep, stream.get(), LoopCase{6, pdl, params});
+    run_loop_structures(rep, stream.get(), LoopCase{48, pdl, params});
   }
+  // The real step graph's other differences: 27 bucket bodies, and grids of many CTAs (8 a SM).
+  int sms = 0;
+  int device = 0;
+  SPG_CUDA_TRY(cudaGetDevice(&device));
+  SPG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const auto wide = static_cast<unsigned>(8 * sms);
+  run_loop_structures(rep, stream.get(), LoopCase{48, false, 0, 27, 1, false});
+  run_loop_structures(rep, stream.get(), LoopCase{6, false, 0, 3, wide, false});
+  run_loop_structures(rep, stream.get(), LoopCase{48, false, 0, 3, wide, false});
+  run_loop_structures(rep, stream.get(), LoopCase{48, true, 0, 27, wide, false});
 }
 
 }  // namespace spg::bench
