@@ -21,8 +21,18 @@ struct Allocation {
 };
 std::mutex mutex;
 std::vector<Allocation> allocations;
+struct FakeGraph {
+  std::size_t nodes{0};
+  std::vector<std::vector<cudaGraph_t>> children;  // conditional nodes' bodies, owned here
+  ~FakeGraph() {
+    for (auto& bodies : children) {
+      for (cudaGraph_t b : bodies) delete reinterpret_cast<FakeGraph*>(b);
+    }
+  }
+};
 int capturing = 0;           // streams in capture (one at a time in spgraph's warm-up)
-std::size_t captured = 0;    // launches recorded into the capture in progress
+FakeGraph* target = nullptr; // the graph the capture in progress records into
+unsigned long long handles = 0;
 
 void* allocate(std::size_t bytes, cudaMemoryType type) {
   void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
@@ -42,17 +52,13 @@ void release(void* p) {
   std::free(p);
 }
 void launched() {
-  if (capturing > 0) ++captured;
+  if (capturing > 0 && target != nullptr) ++target->nodes;
 }
 CUresult encode_tensor_map(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                            const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                            CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
   return CUDA_SUCCESS;
 }
-struct FakeGraph {
-  std::size_t nodes;
-};
-
 }  // namespace
 
 extern "C" {
@@ -169,14 +175,22 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
   ++capturing;
-  captured = 0;
+  target = new FakeGraph;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t, cudaGraph_t g, const cudaGraphNode_t*, const cudaGraphEdgeData*,
+                                          std::size_t, cudaStreamCaptureMode) {
+  ++capturing;
+  target = reinterpret_cast<FakeGraph*>(g);
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
   --capturing;
-  *g = reinterpret_cast<cudaGraph_t>(new FakeGraph{captured});
+  *g = reinterpret_cast<cudaGraph_t>(target);
+  target = nullptr;
   return cudaSuccess;
 }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
   *status = capturing > 0 ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
   return cudaSuccess;
@@ -204,6 +218,29 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, std::size_t
     for (std::size_t i = 0; i < *count && i < n; ++i) nodes[i] = nullptr;
   }
   *count = n;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphCreate(cudaGraph_t* g, unsigned) {
+  *g = reinterpret_cast<cudaGraph_t>(new FakeGraph);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle* h, cudaGraph_t, unsigned, unsigned) {
+  *h = ++handles;
+  return cudaSuccess;
+}
+/// Kernel and conditional nodes (the step graph's): a conditional node gets `size` empty bodies,
+/// which the graph owns, as the runtime's phGraph_out array does.
+cudaError_t cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t g, const cudaGraphNode_t*, const cudaGraphEdgeData*,
+                             std::size_t, cudaGraphNodeParams* params) {
+  auto* graph = reinterpret_cast<FakeGraph*>(g);
+  ++graph->nodes;
+  *node = reinterpret_cast<cudaGraphNode_t>(graph->nodes);
+  if (params->type == cudaGraphNodeTypeConditional) {
+    std::vector<cudaGraph_t> bodies;
+    for (unsigned i = 0; i < params->conditional.size; ++i) bodies.push_back(reinterpret_cast<cudaGraph_t>(new FakeGraph));
+    graph->children.push_back(std::move(bodies));
+    params->conditional.phGraph_out = graph->children.back().data();
+  }
   return cudaSuccess;
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t g) {
