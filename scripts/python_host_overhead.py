@@ -6,7 +6,8 @@ runs) and re-runs itself with it preloaded, then times ``Executor.run`` on a sch
 1-layer and an 8-layer V4 program (small R and T, so the pooled host memory stays small), through
 the Python class and through the extension's method directly, with ``time_host_phases``: the call's
 p50, the p50 of the C++ phases (staging, launch, record) and of the call minus them, which is the
-Python and binding part. Under the stub the CUDA calls cost nothing, so the phases are the C++ host
+Python and binding part; then ``Executor.run_step`` over the scheduler's steps (8192-token budget, at
+most 16 chunks a step) as StepPlans. Under the stub the CUDA calls cost nothing, so the phases are the C++ host
 logic alone; on a GPU cudaGraphLaunch and the event record add the driver's time (docs/benchmarks.md).
 
   PYTHONPATH=build/python python3 scripts/python_host_overhead.py [--chunks N] [--repeats N]
@@ -64,6 +65,23 @@ def trace(c, n: int):
     return out[:n]
 
 
+def step_trace(c, n: int):
+    """The scheduler's steps (StepPlans with chunks) at an 8192-token budget, at most 16 chunks each."""
+    import spgraph
+
+    sc = spgraph.SchedulerConfig(max_num_batched_tokens=8192)
+    sc.max_chunks_per_step = 64 // c.max_requests
+    sched = spgraph.PrefillScheduler(c, sc)
+    sched.submit(spgraph.make_workload(spgraph.WorkloadConfig(num_requests=256, min_prompt_len=256,
+                                                              max_prompt_len=8000, lengths="uniform")))
+    out = []
+    while len(out) < n and not sched.done:
+        plan = sched.schedule()
+        if plan.chunks:
+            out.append(plan)
+    return out
+
+
 def p50(v):
     return sorted(v)[len(v) // 2]
 
@@ -94,6 +112,27 @@ def measure(o) -> int:
                     phases.append(r.staging_us + r.launch_us + r.record_us)
             outside = [h - p for h, p in zip(host, phases)]
             print(f"{layers:2d} layer(s) {label:26s} {p50(host):9.2f} {p50(phases):11.2f} {p50(outside):8.2f}")
+        del ex
+        # Whole steps: Executor.run_step over the scheduler's steps (16 chunks at the most).
+        ex = spgraph.Executor(c, time_host_phases=True, max_step_requests=64, max_step_tokens=8192)
+        ex.warmup()
+        steps = step_trace(c, max(1, o.chunks // 8))
+        host, phases = [], []
+        clock = time.perf_counter_ns
+        for _ in range(o.repeats):
+            for st in steps:
+                t0 = clock()
+                r = ex.run_step(st)
+                t1 = clock()
+                if not r.ok:
+                    raise RuntimeError(r.message)
+                host.append((t1 - t0) / 1000.0)
+                phases.append(r.staging_us + r.launch_us + r.record_us)
+        outside = [h - p for h, p in zip(host, phases)]
+        chunks = sum(len(st.chunks) for st in steps) / len(steps)
+        print(f"{layers:2d} layer(s) {'Executor.run_step':26s} {p50(host):9.2f} {p50(phases):11.2f} {p50(outside):8.2f}"
+              f"  ({chunks:.1f} chunks a step)")
+        del ex
     return 0
 
 
