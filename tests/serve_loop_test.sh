@@ -5,7 +5,7 @@
 # scheduler's slot lists) and in graph mode over the model front's own buffers (--engine-buffers),
 # whose output checksums must all be identical. Then the same trace with whole steps in one launch
 # (--one-launch), in graph mode (every 20th step verified chunk by chunk on its rows of the step,
-# zero allocations after warm-up) and in eager mode: their two checksums must be identical (they
+# zero allocations after warm-up) and in eager mode (verified too): their two checksums must be identical (they
 # differ from the per-chunk runs' by design: the front fills a step's inputs otherwise, and chunk
 # graphs write padded rows). Exit 77 (skipped) without a GPU.
 set -uo pipefail
