@@ -103,14 +103,16 @@ class Progress {
   int last_{-1};
 };
 
-/// The model front's fixed part: query rows (random, once) and the sinks.
+/// The model front's fixed part: query rows (random, once; every row of the buffer, a whole
+/// step's with --one-launch) and the sinks.
 void fill_model_front(const spg::graphs::Executor& ex, std::uint64_t seed) {
   using namespace spg;
   const model::PipelineConfig& config = ex.config();
   for (std::size_t l = 0; l < config.layers.size(); ++l) {
     const auto& layer = config.layers[l];
     const graphs::LayerBuffers& v = ex.layer(l);
-    const std::size_t elems = std::size_t{1} * config.max_tokens * layer.h_q * layer.d_qk;
+    const std::size_t elems = static_cast<std::size_t>(v.q.extent(0)) * static_cast<std::size_t>(layer.h_q) *
+                              static_cast<std::size_t>(layer.d_qk);
     SPG_EXPECTS(v.q.stride(0) == static_cast<std::size_t>(layer.h_q) * layer.d_qk &&
                     v.out.stride(0) == static_cast<std::size_t>(layer.h_q) * layer.d_v,
                 "serve_loop fills q and checksums out as contiguous [T, h_q, d] tensors");
@@ -190,18 +192,22 @@ class GpuTimes {
   std::vector<double> us_;
 };
 
-/// A checksum of every chunk's outputs (out, lse, max_logits of every layer), on the device.
+/// A checksum of every launch's outputs (out, lse, max_logits of every layer), on the device: a
+/// chunk's t_bucket rows, or a step's rows [0, step tokens) with --one-launch.
 class OutputChecksum {
  public:
   OutputChecksum() : acc_(sizeof(std::uint64_t)) { SPG_CUDA_TRY(cudaMemset(acc_.data(), 0, sizeof(std::uint64_t))); }
-  void add(const spg::graphs::Executor& ex, int t_bucket, long long chunk) {
+  /// Adds token rows [0, token_rows) of every layer's outputs, salted by the launch's index.
+  void add(const spg::graphs::Executor& ex, int token_rows, long long launch) {
     using namespace spg;
     const model::PipelineConfig& config = ex.config();
     for (std::size_t l = 0; l < config.layers.size(); ++l) {
       const graphs::LayerBuffers& v = ex.layer(l);
-      const std::size_t rows = std::size_t{1} * t_bucket * config.layers[l].h_q;
+      SPG_EXPECTS(token_rows >= 0 && static_cast<std::size_t>(token_rows) <= static_cast<std::size_t>(v.out.extent(0)),
+                  "OutputChecksum: " << token_rows << " token rows, the buffers hold " << v.out.extent(0));
+      const std::size_t rows = std::size_t{1} * static_cast<std::size_t>(token_rows) * static_cast<std::size_t>(config.layers[l].h_q);
       auto* acc = static_cast<std::uint64_t*>(acc_.data());
-      const auto salt = static_cast<std::uint64_t>(chunk) << 32 | l << 8;
+      const auto salt = static_cast<std::uint64_t>(launch) << 32 | l << 8;
       SPG_CUDA_TRY(kernels::Checksum::accumulate(v.out.data_handle(), rows * 1024, salt, acc, ex.stream()));
       SPG_CUDA_TRY(kernels::Checksum::accumulate(v.lse.data_handle(), rows * 4, salt + 1, acc, ex.stream()));
       SPG_CUDA_TRY(kernels::Checksum::accumulate(v.max_logits.data_handle(), rows * 4, salt + 2, acc, ex.stream()));
@@ -258,6 +264,7 @@ struct Report {
   std::uint64_t checksum{0};
   int verified_passed{0};
   int verified_failed{0};
+  int verified_chunks{0};
 };
 
 void print_report(const Report& r) {
@@ -304,7 +311,10 @@ void print_report(const Report& r) {
   }
   std::printf("\n");
   if (opt.checksum) std::printf("  output checksum            %016llx\n", static_cast<unsigned long long>(r.checksum));
-  if (opt.verify > 0) {
+  if (opt.verify > 0 && opt.one_launch) {
+    std::printf("  verified steps             %d passed, %d failed (%d chunks)\n", r.verified_passed, r.verified_failed,
+                r.verified_chunks);
+  } else if (opt.verify > 0) {
     std::printf("  verified chunks            %d passed, %d failed\n", r.verified_passed, r.verified_failed);
   }
 }
@@ -343,7 +353,8 @@ void write_json(const Report& r) {
 
 /// The serving loop around the executor: per scheduler step, the model front writes each chunk's
 /// inputs and the executor runs the chunk (one graph launch), timed and optionally checksummed
-/// and verified; with --one-launch the executor runs the whole step in one launch instead.
+/// and verified; with --one-launch the executor runs the whole step in one launch instead (the
+/// checksum then covers the step's rows, and --verify checks whole steps, chunk by chunk).
 class ServeLoop {
  public:
   ServeLoop(const Options& opt, spg::graphs::Executor& ex)
@@ -450,6 +461,8 @@ class ServeLoop {
   /// A whole step in one run(): one model front for the step's rows (each chunk reads its own).
   bool serve_step(long step, const spg::scheduler::StepPlan& plan) {
     using namespace spg;
+    const bool verify_this = verify_every_ > 0 && step % verify_every_ == 0 && static_cast<int>(verified_.size()) < opt_.verify;
+    if (verify_this) verifier_.before(plan);
     const graphs::StepInput& input = plan.input();
     SPG_CUDA_TRY(kernels::SyntheticFront::run(
         samples::make_step_front_args(front_layers_, plan, opt_.seed, static_cast<std::uint64_t>(stats_.launches)),
@@ -463,6 +476,12 @@ class ServeLoop {
     for (const scheduler::ChunkPlan& cp : plan.chunks) {
       stats_.padded += ex_.buckets().t_of(ex_.buckets().lookup(cp.num_requests, cp.num_tokens)) - cp.num_tokens;
       stats_.tokens += cp.num_tokens;
+    }
+    // The step's chunks wrote rows [0, step tokens), contiguous; rows past them are not written.
+    if (opt_.checksum) checksum_.add(ex_, plan.num_tokens(), stats_.launches);
+    if (verify_this) {
+      verifier_.after(plan, static_cast<std::uint64_t>(stats_.launches));
+      verified_.push_back(static_cast<int>(step));
     }
     stats_.chunks += r.chunks;
     ++stats_.launches;
@@ -478,7 +497,7 @@ class ServeLoop {
   OutputChecksum checksum_;
   GpuTimes gpu_;
   long verify_every_;
-  std::vector<int> verified_;  // the steps whose chunk was verified
+  std::vector<int> verified_;  // per verified chunk (per verified step with --one-launch), its step
   LoopStats stats_;
 };
 
@@ -527,6 +546,7 @@ int run(const Options& opt) {
   if (opt.checksum) report.checksum = loop.checksum();
   report.verified_passed = loop.verifier().passed();
   report.verified_failed = loop.verifier().failed();
+  report.verified_chunks = loop.verifier().chunks_checked();
   print_report(report);
   if (!opt.json.empty()) write_json(report);
   if (report.faults.total() > 0 && !opt.allow_faults) {

@@ -99,7 +99,9 @@ std::string serve_loop_help() {
          "  --steps N            scheduler steps to run, " + b("--steps") + " (default 1000)\n"
          "  --mode graph|eager   replay captured graphs (default) or launch the same kernels eagerly\n"
          "  --verify N           check N sampled chunks end to end against the CPU references, " + b("--verify") +
-         " (default 0)\n"
+         "\n"
+         "                       (default 0); with --one-launch N sampled steps, each of their chunks on its\n"
+         "                       rows of the step\n"
          "  --json FILE          also write the report as JSON records\n"
          "  --plan               print the layer program, buckets and pool plan, then exit (no GPU needed)\n"
          "  --seed S             workload and model-front seed, " + b("--seed") + " (default 1)\n"
@@ -116,7 +118,9 @@ std::string serve_loop_help() {
          "  --max-tokens T       tokens per chunk, " + b("--max-tokens") + " (default 2048)\n"
          "  --max-model-len L    longest sequence, " + b("--max-model-len") + " (default 65536)\n"
          "  --checksum           print a checksum of every chunk's outputs (graph and eager runs of one\n"
-         "                       trace must print the same)\n"
+         "                       trace must print the same); with --one-launch of every step's rows, equal\n"
+         "                       between its graph and eager runs but not to the per-chunk run's (the model\n"
+         "                       front fills a step's inputs otherwise, and chunk graphs write padded rows)\n"
          "  --require-gpu        exit with code 77 (skipped) instead of planning when there is no GPU\n"
          "  --derive-slots       hand the executor no insert slot mappings: the device derives the same\n"
          "                       slots from the block tables (default: the scheduler's slot mappings)\n"
@@ -130,8 +134,7 @@ std::string serve_loop_help() {
          "                       ~0.2 us a node)\n"
          "  --one-launch         launch each scheduler step whole, run(StepInput): one graph launch per\n"
          "                       step (eager mode: the same kernels from a host loop); the model front\n"
-         "                       runs once per step, for the step's rows; not with --checksum or\n"
-         "                       --verify (they check one chunk at a time; docs/graphs.md, Steps)\n"
+         "                       runs once per step, for the step's rows (docs/graphs.md, Steps)\n"
          "  --step-requests N    most requests in a step with --one-launch, " + b("--step-requests") +
          " (default 64;\n"
          "                       the scheduler then opens at most N / R chunks a step)\n"
@@ -239,10 +242,6 @@ ParsedCommandLine parse_serve_loop_options(const std::vector<std::string>& args)
     if (o.max_len > o.max_model_len) {
       throw UsageError{"--max-len = " + std::to_string(o.max_len) + " must be at most --max-model-len = " +
                        std::to_string(o.max_model_len)};
-    }
-    if (o.one_launch && (o.checksum || o.verify > 0)) {
-      throw UsageError{"--one-launch cannot be combined with --checksum or --verify: they check one chunk at a "
-                       "time"};
     }
     if (o.one_launch && o.budget > (1 << 20)) {
       throw UsageError{"--budget = " + std::to_string(o.budget) + " must be at most 1048576 with --one-launch "

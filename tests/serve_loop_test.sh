@@ -3,17 +3,25 @@
 # step verified against the CPU references and zero allocations after warm-up, then the same trace
 # in eager mode and in graph mode with the insert slots derived on the device (instead of the
 # scheduler's slot lists) and in graph mode over the model front's own buffers (--engine-buffers),
-# whose output checksums must all be identical. Exit 77 (skipped) without a GPU.
+# whose output checksums must all be identical. Then the same trace with whole steps in one launch
+# (--one-launch), in graph mode (every 20th step verified chunk by chunk on its rows of the step,
+# zero allocations after warm-up) and in eager mode (verified too): their two checksums must be identical (they
+# differ from the per-chunk runs' by design: the front fills a step's inputs otherwise, and chunk
+# graphs write padded rows). Exit 77 (skipped) without a GPU.
 set -uo pipefail
 serve_loop=${1:?usage: serve_loop_test.sh path/to/serve_loop}
-args=(--steps 200 --verify 20 --seed 11 --max-tokens 256 --max-model-len 8192 --min-len 300 --max-len 8192
-      --budget 512 --requests 12 --no-progress --checksum --require-gpu)
+trace=(--steps 200 --seed 11 --max-tokens 256 --max-model-len 8192 --min-len 300 --max-len 8192
+       --budget 512 --requests 12 --no-progress --checksum --require-gpu)
+args=("${trace[@]}" --verify 20)
+one_launch=("${trace[@]}" --verify 10 --one-launch)
 
 graph_log=$(mktemp)
 eager_log=$(mktemp)
 derived_log=$(mktemp)
 engine_log=$(mktemp)
-trap 'rm -f "$graph_log" "$eager_log" "$derived_log" "$engine_log"' EXIT
+one_graph_log=$(mktemp)
+one_eager_log=$(mktemp)
+trap 'rm -f "$graph_log" "$eager_log" "$derived_log" "$engine_log" "$one_graph_log" "$one_eager_log"' EXIT
 "$serve_loop" "${args[@]}" --mode graph >"$graph_log" 2>&1
 rc=$?
 cat "$graph_log"
@@ -55,3 +63,23 @@ if [ "$g" != "$b" ]; then
 fi
 grep "warm-up:" "$graph_log" "$engine_log"
 echo "serve_loop_test: engine-owned buffers give bit-identical outputs"
+
+"$serve_loop" "${one_launch[@]}" --mode graph >"$one_graph_log" 2>&1
+rc=$?
+cat "$one_graph_log"
+[ $rc -eq 0 ] || { echo "serve_loop_test: one-launch graph run failed (exit $rc)"; exit 1; }
+grep -q "verified steps *10 passed, 0 failed" "$one_graph_log" || { echo "serve_loop_test: one-launch verification did not pass 10 steps"; exit 1; }
+grep -q "CUDA allocation calls *0 after warm-up" "$one_graph_log" || { echo "serve_loop_test: one-launch allocations after warm-up"; exit 1; }
+
+"$serve_loop" "${one_launch[@]}" --mode eager >"$one_eager_log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { cat "$one_eager_log"; echo "serve_loop_test: one-launch eager run failed (exit $rc)"; exit 1; }
+grep -q "verified steps *10 passed, 0 failed" "$one_eager_log" || { cat "$one_eager_log"; echo "serve_loop_test: one-launch eager verification did not pass 10 steps"; exit 1; }
+og=$(grep "output checksum" "$one_graph_log")
+oe=$(grep "output checksum" "$one_eager_log")
+if [ -z "$og" ] || [ "$og" != "$oe" ]; then
+  echo "serve_loop_test: one-launch graph and eager outputs differ: '$og' vs '$oe'"
+  exit 1
+fi
+grep "verified steps" "$one_eager_log"
+echo "serve_loop_test: one-launch graph and eager outputs are bit-identical ($og)"

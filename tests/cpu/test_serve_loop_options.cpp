@@ -92,15 +92,25 @@ TEST_CASE("serve_loop flags: help, unknown flags, cross-flag bounds", "[serve_lo
   CHECK(p.options.arrivals == spg::scheduler::ArrivalPattern::poisson);
 }
 
-TEST_CASE("serve_loop --one-launch takes whole steps and refuses what needs per-chunk outputs", "[serve_loop]") {
+TEST_CASE("serve_loop --one-launch takes whole steps, checksummed and verified", "[serve_loop]") {
   const ParsedCommandLine p = parse({"--one-launch", "--step-requests", "128", "--budget", "16384"});
   REQUIRE(p.error.empty());
   CHECK(p.options.one_launch);
   CHECK(p.options.step_requests == 128);
   CHECK(parse({}).options.step_requests == 64);
   CHECK(!parse({}).options.one_launch);
-  CHECK(has(parse({"--one-launch", "--checksum"}).error, "cannot be combined with --checksum or --verify"));
-  CHECK(has(parse({"--one-launch", "--verify", "3"}).error, "cannot be combined with --checksum or --verify"));
+  // --checksum and --verify check whole steps with --one-launch (docs/graphs.md, Steps).
+  const ParsedCommandLine checked = parse({"--one-launch", "--checksum", "--verify", "3", "--mode", "eager"});
+  REQUIRE(checked.error.empty());
+  CHECK(checked.options.one_launch);
+  CHECK(checked.options.checksum);
+  CHECK(checked.options.verify == 3);
+  CHECK(checked.options.eager);
+  CHECK(has(parse({"--one-launch", "--verify", "100001"}).error, "--verify = '100001' must be a decimal integer in [0, 100000]"));
+  const std::string help = spg::samples::serve_loop_help();
+  CHECK(help.find("cannot") == std::string::npos);
+  CHECK(help.find("with --one-launch N sampled steps, each of their chunks") != std::string::npos);
+  CHECK(help.find("with --one-launch of every step's rows") != std::string::npos);
   CHECK(has(parse({"--one-launch", "--budget", "2000000"}).error, "--budget = 2000000 must be at most 1048576"));
   CHECK(has(parse({"--step-requests", "4097"}).error, "[1, 4096]"));
 }
