@@ -319,9 +319,8 @@ WarmupReport Executor::warmup() {
     const detail::TraceRange prepare(detail::TracePhase::prepare);
     for (int p = 0; p < programs(); ++p) {
       for (int b = 0; b < buckets_.size(); ++b) {
-        entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) + static_cast<std::size_t>(b)]
-            .pipeline = std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)],
-                                                   buckets_.r_of(b), buckets_.t_of(b), options_.insert);
+        entries[shape_index(p, b)].pipeline = std::make_unique<Pipeline>(
+            config_, buffers, programs_[static_cast<std::size_t>(p)], buckets_.r_of(b), buckets_.t_of(b), options_.insert);
         if (step_layout_.max_chunks == 0) continue;
         step_pipelines.push_back(std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)],
                                                             buckets_.r_of(b), buckets_.t_of(b), options_.insert,
@@ -355,8 +354,7 @@ WarmupReport Executor::warmup() {
     t0 = std::chrono::steady_clock::now();
     for (int p = 0; p < programs(); ++p) {
       for (int b = buckets_.size() - 1; b >= 0; --b) {  // largest first
-        Entry& e = entries[static_cast<std::size_t>(p) * static_cast<std::size_t>(buckets_.size()) +
-                           static_cast<std::size_t>(b)];
+        Entry& e = entries[shape_index(p, b)];
         for (int s = 0; s < 2; ++s) {
           const Graph graph = [&] {
             const detail::TraceRange capture(detail::TracePhase::capture, b);
@@ -470,8 +468,7 @@ RunResult Executor::launch_checked(const ChunkInput& chunk, const ChunkCheck& ch
   const int s = static_cast<int>(steps_ & 1);
   if (!acquire_staging(s, result)) return result;
   encoder_.write(chunk, checked, mask, staging_[s]);
-  const std::size_t at = static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
-                        static_cast<std::size_t>(result.bucket);
+  const std::size_t at = shape_index(program, result.bucket);
   const GraphExec& exec = step_rows ? one_chunk_execs_[at][static_cast<std::size_t>(s)] : entries_[at].exec[s];
   const Pipeline& pipeline = step_rows ? *bodies_[static_cast<std::size_t>(program)][static_cast<std::size_t>(result.bucket)]
                                        : *entries_[at].pipeline;

@@ -243,9 +243,10 @@ class Executor {
     std::unique_ptr<Pipeline> pipeline;
     GraphExec exec[2];  // one per staging block
   };
-  Entry* entry(int program, int bucket) noexcept {
-    return &entries_[static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
-                     static_cast<std::size_t>(bucket)];
+  /// Where (program, bucket) is in entries_ and one_chunk_execs_.
+  [[nodiscard]] std::size_t shape_index(int program, int bucket) const noexcept {
+    return static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
+           static_cast<std::size_t>(bucket);
   }
   /// not_warmed_up (also without the path: `ready` false, or a graph without capture), bad_program,
   /// or ok: the checks both launches make first.
