@@ -525,9 +525,13 @@ int run(const Options& opt) {
   }
   graphs::Executor ex(config, eo);
   const graphs::WarmupReport warm = ex.warmup();
-  std::printf("warm-up: %d graphs (%d shapes x 2 staging blocks) captured in %.1f ms; graphs hold %.1f MiB, pool %.2f GiB "
-              "device + %.1f KiB pinned in %d allocations%s\n",
-              warm.graphs, warm.buckets, warm.capture_ms, static_cast<double>(warm.graph_device_bytes) / (1 << 20),
+  const std::string step_graphs =
+      warm.step_graphs > 0 ? " + " + std::to_string(warm.step_graphs) + " step graphs + " +
+                                 std::to_string(warm.one_chunk_step_graphs) + " one-chunk step graphs"
+                           : std::string();
+  std::printf("warm-up: %d graphs (%d shapes x 2 staging blocks)%s captured in %.1f ms; graphs hold %.1f MiB, pool "
+              "%.2f GiB device + %.1f KiB pinned in %d allocations%s\n",
+              warm.graphs, warm.buckets, step_graphs.c_str(), warm.capture_ms, static_cast<double>(warm.graph_device_bytes) / (1 << 20),
               static_cast<double>(warm.pool_device_bytes) / (1 << 30), static_cast<double>(warm.pool_pinned_bytes) / 1024,
               warm.pool_allocation_calls,
               engine ? (", engine buffers " + memory::format_bytes(engine->bytes())).c_str() : "");

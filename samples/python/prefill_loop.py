@@ -244,7 +244,9 @@ def run(o: argparse.Namespace) -> Dict[str, Any]:
     ex = sgt.Executor(config, buffers=tensors, **steps)
     warm = ex.warmup()
     engine_bytes = sum(t.numel() * t.element_size() for b in (tensors or []) for t in b.values())
-    print(f"warm-up: {warm['graphs']} graphs ({warm['buckets']} shapes x 2 staging blocks) captured in "
+    step_graphs = (f" + {warm['step_graphs']} step graphs + {warm['one_chunk_step_graphs']} one-chunk step graphs"
+                   if warm["step_graphs"] else "")
+    print(f"warm-up: {warm['graphs']} graphs ({warm['buckets']} shapes x 2 staging blocks){step_graphs} captured in "
           f"{warm['capture_ms']:.1f} ms; graphs hold {warm['graph_device_bytes'] / 2**20:.1f} MiB, pool "
           f"{warm['pool_device_bytes'] / 2**30:.2f} GiB device + {warm['pool_pinned_bytes'] / 1024:.1f} KiB pinned in "
           f"{warm['pool_allocation_calls']} allocations"
