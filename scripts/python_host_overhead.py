@@ -86,6 +86,22 @@ def p50(v):
     return sorted(v)[len(v) // 2]
 
 
+def timed(call, items, repeats: int):
+    """p50 of the call, of its C++ phases (staging, launch, record) and of the call minus them, in us."""
+    host, phases = [], []
+    clock = time.perf_counter_ns
+    for _ in range(repeats):
+        for item in items:
+            t0 = clock()
+            r = call(item)
+            t1 = clock()
+            if not r.ok:
+                raise RuntimeError(r.message)
+            host.append((t1 - t0) / 1000.0)
+            phases.append(r.staging_us + r.launch_us + r.record_us)
+    return p50(host), p50(phases), p50([h - q for h, q in zip(host, phases)])
+
+
 def measure(o) -> int:
     import spgraph
     from spgraph import _spgraph as _C
@@ -99,39 +115,17 @@ def measure(o) -> int:
         raw = _C.Executor.run
         for label, call in (("spgraph.Executor.run", lambda ch: ex.run(ch, 0)),
                             ("_spgraph.Executor.run", lambda ch: raw(ex, ch, 0, 0, False))):
-            host, phases = [], []
-            clock = time.perf_counter_ns
-            for _ in range(o.repeats):
-                for ch in chunks:
-                    t0 = clock()
-                    r = call(ch)
-                    t1 = clock()
-                    if not r.ok:
-                        raise RuntimeError(r.message)
-                    host.append((t1 - t0) / 1000.0)
-                    phases.append(r.staging_us + r.launch_us + r.record_us)
-            outside = [h - p for h, p in zip(host, phases)]
-            print(f"{layers:2d} layer(s) {label:26s} {p50(host):9.2f} {p50(phases):11.2f} {p50(outside):8.2f}")
+            call_us, phases_us, outside_us = timed(call, chunks, o.repeats)
+            print(f"{layers:2d} layer(s) {label:26s} {call_us:9.2f} {phases_us:11.2f} {outside_us:8.2f}")
         del ex
         # Whole steps: Executor.run_step over the scheduler's steps (16 chunks at the most).
         ex = spgraph.Executor(c, time_host_phases=True, max_step_requests=64, max_step_tokens=8192)
         ex.warmup()
         steps = step_trace(c, max(1, o.chunks // 8))
-        host, phases = [], []
-        clock = time.perf_counter_ns
-        for _ in range(o.repeats):
-            for st in steps:
-                t0 = clock()
-                r = ex.run_step(st)
-                t1 = clock()
-                if not r.ok:
-                    raise RuntimeError(r.message)
-                host.append((t1 - t0) / 1000.0)
-                phases.append(r.staging_us + r.launch_us + r.record_us)
-        outside = [h - p for h, p in zip(host, phases)]
-        chunks = sum(len(st.chunks) for st in steps) / len(steps)
-        print(f"{layers:2d} layer(s) {'Executor.run_step':26s} {p50(host):9.2f} {p50(phases):11.2f} {p50(outside):8.2f}"
-              f"  ({chunks:.1f} chunks a step)")
+        call_us, phases_us, outside_us = timed(ex.run_step, steps, o.repeats)
+        per_step = sum(len(st.chunks) for st in steps) / len(steps)
+        print(f"{layers:2d} layer(s) {'Executor.run_step':26s} {call_us:9.2f} {phases_us:11.2f} {outside_us:8.2f}"
+              f"  ({per_step:.1f} chunks a step)")
         del ex
     return 0
 
