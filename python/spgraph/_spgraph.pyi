@@ -150,13 +150,13 @@ class RunResult:
         """status == 'ok'."""
     @property
     def bucket(self) -> int:
-        """Index of the bucket run (-1: none)."""
+        """Index of the bucket run: run(), and run_step() of one chunk (-1: none, or a step of several chunks)."""
     @property
     def r_bucket(self) -> int:
         """R_bucket of the graph run (-1: none)."""
     @property
     def t_bucket(self) -> int:
-        """T_bucket of the graph run: the rows of out/lse/max_logits it wrote (-1: none)."""
+        """T_bucket of the graph run (-1: none): run() wrote that many rows of out/lse/max_logits, run_step() only the step's tokens."""
     @property
     def bad_request(self) -> int:
         """bad_chunk: the request at fault (-1 for a chunk-wide field)."""

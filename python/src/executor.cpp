@@ -437,10 +437,11 @@ void bind_executor(nb::module_& m) {
                    "'ok', 'no_bucket', 'bad_chunk', 'bad_program', 'not_warmed_up' or 'cuda_error'.")
       .def_prop_ro("message", [](const StepResult& s) { return describe(s); }, "The status in words.")
       .def_prop_ro("ok", [](const StepResult& s) { return s.r.ok(); }, "status == 'ok'.")
-      .def_prop_ro("bucket", [](const StepResult& s) { return s.r.bucket; }, "Index of the bucket run (-1: none).")
+      .def_prop_ro("bucket", [](const StepResult& s) { return s.r.bucket; }, "Index of the bucket run: run(), and run_step() of one chunk (-1: none, or a step of several chunks).")
       .def_prop_ro("r_bucket", [](const StepResult& s) { return s.r_bucket; }, "R_bucket of the graph run (-1: none).")
       .def_prop_ro("t_bucket", [](const StepResult& s) { return s.t_bucket; },
-                   "T_bucket of the graph run: the rows of out/lse/max_logits it wrote (-1: none).")
+                   "T_bucket of the graph run (-1: none): run() wrote that many rows of out/lse/max_logits, "
+                   "run_step() only the step's tokens.")
       .def_prop_ro("bad_request", [](const StepResult& s) { return s.r.bad_request; },
                    "bad_chunk: the request at fault (-1 for a chunk-wide field).")
       .def_prop_ro("bad_field",
