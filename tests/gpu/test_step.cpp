@@ -362,7 +362,7 @@ TEST_CASE("a step of k chunks in one launch writes each chunk's rows as k single
   CHECK(ex.read_run_faults().total() == 0);
 }
 
-TEST_CASE("a step of one chunk launches as that chunk: its bucket's chunk graph, not the step loop", "[gpu][step]") {
+TEST_CASE("a step of one chunk launches as a chunk: its bucket's step body behind the chunk staging block, not the step loop", "[gpu][step]") {
   const model::PipelineConfig cfg = step_program();
   graphs::Executor ex(cfg, step_options());
   ex.warmup();
