@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/catch.hpp"
+#include "samples/bench/step_inputs.hpp"
 #include "spgraph/graphs/buckets.hpp"
 #include "spgraph/graphs/chunk_format.hpp"
 #include "spgraph/graphs/step.hpp"
@@ -120,52 +121,21 @@ TEST_CASE("the encoder's check and write allocate nothing", "[chunk][allocation]
   CHECK(ok == 200);  // the shared block is refused, the two good chunks accepted
 }
 
-namespace {
-/// A step of `chunks` chunks of 4 requests of 64 new tokens after 2048, each request owning its blocks.
-struct OwnedStep {
-  std::vector<std::vector<std::int32_t>> swa, comp;
-  std::vector<RequestInput> requests;
-};
-void make_step(const model::PipelineConfig& c, int chunks, OwnedStep& out) {
-  const int n = 4 * chunks;
-  const int per_swa = c.swa_blocks_per_request();
-  const int per_comp = c.compressed_blocks_per_request();
-  out.swa.resize(static_cast<std::size_t>(n));
-  out.comp.resize(static_cast<std::size_t>(n));
-  for (int b = 0; b < n; ++b) {
-    for (int i = 0; i < per_swa; ++i) out.swa[static_cast<std::size_t>(b)].push_back(b * per_swa + i);
-    for (int i = 0; i < per_comp; ++i) out.comp[static_cast<std::size_t>(b)].push_back(b * per_comp + i);
-  }
-  for (int b = 0; b < n; ++b) {
-    RequestInput r;
-    r.query_len = 64;
-    r.seq_len = 2048 + 64;
-    r.swa_blocks = out.swa[static_cast<std::size_t>(b)];
-    r.compressed_blocks[1] = r.compressed_blocks[2] = out.comp[static_cast<std::size_t>(b)];
-    out.requests.push_back(r);
-  }
-}
-}  // namespace
-
 TEST_CASE("the step stager's check and write allocate nothing", "[step][allocation]") {
-  // Steps of 1, 4 and 16 full chunks of the V4 program at R = 4, T = 256, accepted, and one
-  // refused (a block id outside the cache in its last request).
-  model::PipelineConfig cfg = model::PipelineConfig::v4_default();
-  cfg.max_requests = 4;
-  cfg.max_tokens = 256;
-  cfg.max_model_len = 2304;
-  cfg.cache.swa_blocks = 64 * cfg.swa_blocks_per_request();
-  cfg.cache.compressed_blocks = 64 * cfg.compressed_blocks_per_request();
+  // Steps of 1, 4 and 16 full chunks of the V4 program at R = 4, T = 256 (the step benchmarks'),
+  // accepted, and one refused (a block id outside the cache in its last request).
+  const model::PipelineConfig cfg = bench::step_config(true);
   const graphs::BucketSet buckets = graphs::BucketSet::make_default(cfg.max_requests, cfg.max_tokens);
   graphs::ChunkEncoder enc(cfg, true);
   const graphs::StepLayout layout = graphs::StepLayout::make(cfg, 64, 4096);
   graphs::StepStager stager(cfg, layout, buckets, enc);
-  OwnedStep steps[4];
-  make_step(cfg, 1, steps[0]);
-  make_step(cfg, 4, steps[1]);
-  make_step(cfg, 16, steps[2]);
-  make_step(cfg, 4, steps[3]);
-  steps[3].swa.back()[static_cast<std::size_t>((2048 + 64 - 1) / cfg.cache.swa_block_size)] = cfg.cache.swa_blocks;
+  bench::BenchStep steps[4];
+  bench::make_step(cfg, 1, steps[0]);
+  bench::make_step(cfg, 4, steps[1]);
+  bench::make_step(cfg, 16, steps[2]);
+  bench::make_step(cfg, 4, steps[3]);
+  steps[3].swa.back()[static_cast<std::size_t>((bench::kStepPrefix + bench::kStepQuery - 1) / cfg.cache.swa_block_size)] =
+      cfg.cache.swa_blocks;
   std::vector<std::int32_t> block(layout.words());
   constexpr int kAll = 1 << 0 | 1 << 1 | 1 << 2;
   int accepted = 0;
@@ -173,7 +143,7 @@ TEST_CASE("the step stager's check and write allocate nothing", "[step][allocati
   g_allocations = 0;
   g_counting = true;
   for (int i = 0; i < 100; ++i) {
-    for (const OwnedStep& s : steps) {
+    for (const bench::BenchStep& s : steps) {
       const graphs::StepCheck ck = stager.check(graphs::StepInput{s.requests}, kAll);
       if (ck.status == graphs::RunStatus::ok) {
         stager.write(kAll, block.data());
