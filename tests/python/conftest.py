@@ -43,6 +43,20 @@ def assert_torch_allocator_unchanged(state):
     assert torch.cuda.memory_reserved() == reserved
 
 
+def attached_allocation_counter():
+    """The CUPTI allocation counter, attached (an earlier test may have detached it: a count must
+    mean something). Fails the calling test where CUPTI is unavailable."""
+    import spgraph
+
+    try:
+        counter = spgraph.allocation_counter()
+    except RuntimeError as e:
+        pytest.fail(f"the CUPTI allocation counter is unavailable: {e}")
+    if not counter.attached:
+        counter.attach()
+    return counter
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs torch and a CUDA device; skipped otherwise")
 

@@ -24,7 +24,7 @@ import weakref
 
 import pytest
 
-from conftest import HAVE_CUDA, assert_torch_allocator_unchanged, torch_allocator_state
+from conftest import HAVE_CUDA, assert_torch_allocator_unchanged, attached_allocation_counter, torch_allocator_state
 
 pytestmark = pytest.mark.gpu
 
@@ -249,12 +249,7 @@ def test_no_cuda_allocation_over_1000_runs():
     ex.warmup()
     stream = torch.cuda.Stream()
     _, front = prepare(ex, config, stream)
-    try:
-        counter = spgraph.allocation_counter()
-    except RuntimeError as e:
-        pytest.fail(f"the CUPTI allocation counter is unavailable: {e}")
-    if not counter.attached:
-        counter.attach()
+    counter = attached_allocation_counter()
     with torch.cuda.stream(stream):  # every kernel loaded and every input form read once before counting
         for chunk in inputs[:1] + inputs[-1:]:
             front.run(chunks[0], SEED, 0, stream)

@@ -18,7 +18,7 @@ import random
 
 import pytest
 
-from conftest import HAVE_CUDA, assert_torch_allocator_unchanged, torch_allocator_state
+from conftest import HAVE_CUDA, assert_torch_allocator_unchanged, attached_allocation_counter, torch_allocator_state
 
 pytestmark = pytest.mark.gpu
 
@@ -316,12 +316,7 @@ def test_no_cuda_allocation_over_many_steps():
                                                               max_prompt_len=1800)))
     plans = [sched.schedule() for _ in range(8)]
     inputs = steps + plans
-    try:
-        counter = spgraph.allocation_counter()
-    except RuntimeError as e:
-        pytest.fail(f"the CUPTI allocation counter is unavailable: {e}")
-    if not counter.attached:
-        counter.attach()
+    counter = attached_allocation_counter()
     for step in inputs:  # every input form read once before counting
         assert rig.ex.run_step(step).ok
     torch.cuda.synchronize()
@@ -391,9 +386,7 @@ def test_sample_one_launch_runs_each_step_in_one_launch():
     trace = ["--steps", "30", "--requests", "24", "--min-len", "64", "--max-len", "3000", "--max-model-len", "4096",
              "--max-tokens", "256", "--budget", "2048", "--seed", "3", "--no-progress"]
     per_chunk = sample.run(sample.parse(trace + ["--no-alloc-count"]))
-    counter = spgraph.allocation_counter()
-    if not counter.attached:  # an earlier test may have detached it: the count must mean something
-        counter.attach()
+    counter = attached_allocation_counter()
     try:
         reports = []
         for extra in ([], ["--mode", "eager"], ["--pooled"]):
