@@ -132,6 +132,23 @@ int step_rows(const StepData& s) {
   return rows;
 }
 
+/// Launches [0, n) whose outputs `same(i)` says differ from their input run alone: how many, and
+/// the first (-1: none).
+struct Mismatches {
+  int count{0};
+  int first{-1};
+};
+template <class Same>
+Mismatches mismatches_of(int n, Same&& same) {
+  Mismatches m;
+  for (int i = 0; i < n; ++i) {
+    if (same(i)) continue;
+    ++m.count;
+    if (m.first < 0) m.first = i;
+  }
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("chunks launched far ahead of a busy device each read their own staging block", "[gpu][staging]") {
@@ -163,18 +180,13 @@ TEST_CASE("chunks launched far ahead of a busy device each read their own stagin
   ex.synchronize();
   CHECK(ex.host_waits() > waits);  // the host did run ahead and wait for the device
   CHECK(waited_us > 1000.0);       // ... for the spin, at the third launch
-  int mismatches = 0;
-  int first_bad = -1;
-  for (int i = 0; i < kLaunches; ++i) {
+  const Mismatches bad = mismatches_of(kLaunches, [&](int i) {
     const auto v = static_cast<std::size_t>(order[static_cast<std::size_t>(i)]);
     const int b = ex.buckets().lookup(static_cast<int>(variants[v].requests.size()), variants[v].tokens());
-    if (!same_rows(aside.read(i), want[v], ex.buckets().t_of(b), ex)) {
-      ++mismatches;
-      if (first_bad < 0) first_bad = i;
-    }
-  }
-  INFO("first launch whose outputs differ from its chunk run alone: " << first_bad);
-  CHECK(mismatches == 0);
+    return same_rows(aside.read(i), want[v], ex.buckets().t_of(b), ex);
+  });
+  INFO("first launch whose outputs differ from its chunk run alone: " << bad.first);
+  CHECK(bad.count == 0);
   CHECK(ex.read_run_faults().total() == 0);
 }
 
@@ -217,19 +229,13 @@ TEST_CASE("steps launched far ahead of a busy device each read their own staging
   }
   ex.synchronize();
   CHECK(ex.host_waits() > waits);
-  int mismatches = 0;
-  int first_bad = -1;
-  for (int i = 0; i < kLaunches; ++i) {
+  const Mismatches bad = mismatches_of(kLaunches, [&](int i) {
     const auto v = static_cast<std::size_t>(order[static_cast<std::size_t>(i)]);
-    const bool same = v == steps.size() ? same_rows(aside.read(i), lone_want, lone_rows, ex)
-                                        : same_rows(aside.read(i), want[v], rows[v], ex);
-    if (!same) {
-      ++mismatches;
-      if (first_bad < 0) first_bad = i;
-    }
-  }
-  INFO("first launch whose outputs differ from its input run alone: " << first_bad);
-  CHECK(mismatches == 0);
+    return v == steps.size() ? same_rows(aside.read(i), lone_want, lone_rows, ex)
+                             : same_rows(aside.read(i), want[v], rows[v], ex);
+  });
+  INFO("first launch whose outputs differ from its input run alone: " << bad.first);
+  CHECK(bad.count == 0);
   CHECK(ex.read_run_faults().total() == 0);
 }
 
