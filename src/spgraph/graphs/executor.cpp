@@ -312,8 +312,9 @@ WarmupReport Executor::warmup() {
 
   std::vector<Entry> entries(programs_.size() * static_cast<std::size_t>(buckets_.size()));
   const PipelineBuffers buffers = pipeline_buffers();
-  // With steps, the step graph's bucket bodies: the same stages on a step's rows (step_rows).
-  std::vector<std::unique_ptr<Pipeline>> step_pipelines;
+  // With steps, the step graph's bucket bodies: the same stages on a step's rows (step_rows); their
+  // execs are the graphs of steps of one chunk.
+  std::vector<Entry> step_entries(step_layout_.max_chunks > 0 ? entries.size() : 0);
   std::vector<std::vector<const Pipeline*>> bodies(programs_.size());
   {
     const detail::TraceRange prepare(detail::TracePhase::prepare);
@@ -322,10 +323,10 @@ WarmupReport Executor::warmup() {
         entries[shape_index(p, b)].pipeline = std::make_unique<Pipeline>(
             config_, buffers, programs_[static_cast<std::size_t>(p)], buckets_.r_of(b), buckets_.t_of(b), options_.insert);
         if (step_layout_.max_chunks == 0) continue;
-        step_pipelines.push_back(std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)],
-                                                            buckets_.r_of(b), buckets_.t_of(b), options_.insert,
-                                                            /*step_rows=*/true));
-        bodies[static_cast<std::size_t>(p)].push_back(step_pipelines.back().get());
+        step_entries[shape_index(p, b)].pipeline =
+            std::make_unique<Pipeline>(config_, buffers, programs_[static_cast<std::size_t>(p)], buckets_.r_of(b),
+                                       buckets_.t_of(b), options_.insert, /*step_rows=*/true);
+        bodies[static_cast<std::size_t>(p)].push_back(step_entries[shape_index(p, b)].pipeline.get());
       }
     }
   }
@@ -346,6 +347,19 @@ WarmupReport Executor::warmup() {
   }
   report.eager_ms = ms_since(t0);
 
+  // An entry's graphs, one per staging block: its pipeline recorded whole.
+  const auto capture_entry = [&](Entry& e, int bucket) {
+    for (int s = 0; s < 2; ++s) {
+      const Graph graph = [&] {
+        const detail::TraceRange capture(detail::TracePhase::capture, bucket);
+        CaptureGuard guard(stream());
+        SPG_CUDA_TRY(e.pipeline->record(s, stream()));
+        return guard.finish();
+      }();
+      const detail::TraceRange instantiate(detail::TracePhase::instantiate, bucket);
+      e.exec[s] = GraphExec::instantiate(graph, stream());
+    }
+  };
   std::size_t free_before = 0;
   std::size_t free_after = 0;
   std::size_t total = 0;
@@ -354,25 +368,14 @@ WarmupReport Executor::warmup() {
     t0 = std::chrono::steady_clock::now();
     for (int p = 0; p < programs(); ++p) {
       for (int b = buckets_.size() - 1; b >= 0; --b) {  // largest first
-        Entry& e = entries[shape_index(p, b)];
-        for (int s = 0; s < 2; ++s) {
-          const Graph graph = [&] {
-            const detail::TraceRange capture(detail::TracePhase::capture, b);
-            CaptureGuard guard(stream());
-            SPG_CUDA_TRY(e.pipeline->record(s, stream()));
-            return guard.finish();
-          }();
-          const detail::TraceRange instantiate(detail::TracePhase::instantiate, b);
-          e.exec[s] = GraphExec::instantiate(graph, stream());
-          ++report.graphs;
-        }
+        capture_entry(entries[shape_index(p, b)], b);
+        report.graphs += 2;
       }
     }
     SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
     report.capture_ms = ms_since(t0);
   }
   std::vector<std::array<GraphExec, 2>> step_execs;
-  std::vector<std::array<GraphExec, 2>> one_chunk_execs;
   if (step_layout_.max_chunks > 0) {
     // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's
     // body, then every body once on that chunk's metadata.
@@ -382,7 +385,7 @@ WarmupReport Executor::warmup() {
     block[kernels::StepStateWords::buckets] = 0;
     encoder_.write(empty, checked, program_ratios_[0], block + step_layout_.chunk_offset(0));
     SPG_CUDA_TRY(record_step_eager(step_loop_args(0), bodies[0], one, stream()));
-    for (const auto& body : step_pipelines) SPG_CUDA_TRY(body->record_layers(stream()));
+    for (const Entry& e : step_entries) SPG_CUDA_TRY(e.pipeline->record_layers(stream()));
     SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
     block[kernels::StepStateWords::count] = 0;
     if (options_.capture) {
@@ -396,13 +399,10 @@ WarmupReport Executor::warmup() {
         }
       }
       // Steps of one chunk: every body behind the chunk staging block's stage-in.
-      one_chunk_execs.resize(step_pipelines.size());
-      for (std::size_t i = 0; i < step_pipelines.size(); ++i) {
-        for (int s = 0; s < 2; ++s) {
-          CaptureGuard guard(stream());
-          SPG_CUDA_TRY(step_pipelines[i]->record(s, stream()));
-          one_chunk_execs[i][static_cast<std::size_t>(s)] = GraphExec::instantiate(guard.finish(), stream());
-          ++report.one_chunk_step_graphs;
+      for (int p = 0; p < programs(); ++p) {
+        for (int b = 0; b < buckets_.size(); ++b) {
+          capture_entry(step_entries[shape_index(p, b)], b);
+          report.one_chunk_step_graphs += 2;
         }
       }
       SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
@@ -414,10 +414,9 @@ WarmupReport Executor::warmup() {
     report.graph_device_bytes = static_cast<std::int64_t>(free_before) - static_cast<std::int64_t>(free_after);
   }
   entries_ = std::move(entries);
-  step_pipelines_ = std::move(step_pipelines);
+  step_entries_ = std::move(step_entries);
   bodies_ = std::move(bodies);
   step_execs_ = std::move(step_execs);
-  one_chunk_execs_ = std::move(one_chunk_execs);
   pool_.seal();
   report.pool_device_bytes = pool_.device_bytes();
   report.pool_pinned_bytes = pool_.pinned_bytes();
@@ -468,12 +467,9 @@ RunResult Executor::launch_checked(const ChunkInput& chunk, const ChunkCheck& ch
   const int s = static_cast<int>(steps_ & 1);
   if (!acquire_staging(s, result)) return result;
   encoder_.write(chunk, checked, mask, staging_[s]);
-  const std::size_t at = shape_index(program, result.bucket);
-  const GraphExec& exec = step_rows ? one_chunk_execs_[at][static_cast<std::size_t>(s)] : entries_[at].exec[s];
-  const Pipeline& pipeline = step_rows ? *bodies_[static_cast<std::size_t>(program)][static_cast<std::size_t>(result.bucket)]
-                                       : *entries_[at].pipeline;
+  const Entry& e = (step_rows ? step_entries_ : entries_)[shape_index(program, result.bucket)];
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
-  submit(s, stream, result, [&] { return graph ? exec.launch(stream) : pipeline.record(s, stream); });
+  submit(s, stream, result, [&] { return graph ? e.exec[s].launch(stream) : e.pipeline->record(s, stream); });
   // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
   if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;
   return result;

@@ -243,7 +243,7 @@ class Executor {
     std::unique_ptr<Pipeline> pipeline;
     GraphExec exec[2];  // one per staging block
   };
-  /// Where (program, bucket) is in entries_ and one_chunk_execs_.
+  /// Where (program, bucket) is in entries_ and step_entries_.
   [[nodiscard]] std::size_t shape_index(int program, int bucket) const noexcept {
     return static_cast<std::size_t>(program) * static_cast<std::size_t>(buckets_.size()) +
            static_cast<std::size_t>(bucket);
@@ -299,13 +299,12 @@ class Executor {
   std::int32_t* step_staging_[2]{nullptr, nullptr};
   std::int32_t* step_state_{nullptr};
   std::unique_ptr<StepStager> stager_;  // the step's split, checks and buckets (scratch sized once)
-  std::vector<std::unique_ptr<Pipeline>> step_pipelines_;  // the bodies, program-major (step rows)
-  std::vector<std::vector<const Pipeline*>> bodies_;
+  /// The step bodies ([program x bucket], step rows), each with its graphs of a step of one chunk
+  /// (its stage-in from the chunk staging block, then its layers).
+  std::vector<Entry> step_entries_;
+  std::vector<std::vector<const Pipeline*>> bodies_;  // each program's step bodies, in bucket order
   std::int32_t* step_meta_{nullptr};  // device step blocks: every chunk's metadata, staged by head
   std::vector<std::array<GraphExec, 2>> step_execs_;
-  /// [program x bucket][staging block]: bodies_' pipelines recorded whole (stage-in, then the
-  /// layers on the step's rows), the graphs of steps of one chunk.
-  std::vector<std::array<GraphExec, 2>> one_chunk_execs_;
   void* attention_workspace_{nullptr};
   bool warmed_up_{false};
   std::uint64_t steps_{0};
