@@ -402,48 +402,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       float m_new[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m_run[h], mx[h]);
-#ifdef SPGRAPH_WGMMA_EARLY_STATS
-      // m0 published before the exponentials and O's rescale, which do not change it: WG1's
-      // softmax starts that much sooner.
-      if (t == 0) {
-        m0_s[r0] = m_new[0];
-        m0_s[r0 + 8] = m_new[1];
-      }
-      named_barrier_arrive(kWgBarM0, 256);
-      softmax_update(m_new);
-#else
       softmax_update(m_new);
       if (t == 0) {
         m0_s[r0] = m_new[0];
         m0_s[r0 + 8] = m_new[1];
       }
       named_barrier_arrive(kWgBarM0, 256);
-#endif
       pv_rs(k0a);  // O += P0 V0[:, 0:256]
+      wgmma_wait<0>();
+      reg_fence(o);
+      mbar_arrive(empty_bar(0, 0));
+      named_barrier(kWgBarM1, 256);
       float f[2];
-#ifdef SPGRAPH_WGMMA_EARLY_P0
-      // P0 (relative to m1) stored for WG1 while the P0 V0 product runs: it reads the A
-      // fragments, not s, and O is rescaled only after it completes.
-      named_barrier(kWgBarM1, 256);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float m1 = m1_s[r0 + 8 * h];
-        f[h] = fast_exp2(m_run[h] - m1);
-        m_run[h] = m1;
-        l_run[h] *= f[h];
-      }
-      store_acc_panel(sm + L::kOffS0, s, x, f[0], f[1]);
-      fence_proxy_async();
-      if constexpr (D == 576) mbar_arrive(empty_bar(0, 1));
-      named_barrier_arrive(kWgBarS0, 256);
-      wgmma_wait<0>();
-      reg_fence(o);
-      mbar_arrive(empty_bar(0, 0));
-#else
-      wgmma_wait<0>();
-      reg_fence(o);
-      mbar_arrive(empty_bar(0, 0));
-      named_barrier(kWgBarM1, 256);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float m1 = m1_s[r0 + 8 * h];
@@ -457,7 +427,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       // half, complete at the wait above) come before the producer's next fill of the half.
       if constexpr (D == 576) mbar_arrive(empty_bar(0, 1));
       named_barrier_arrive(kWgBarS0, 256);
-#endif
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
       named_barrier(kWgBarS1, 256);
@@ -508,21 +477,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       float m_new[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m0_s[r0 + 8 * h], mx[h]);  // m0 >= m_run
-#ifdef SPGRAPH_WGMMA_EARLY_STATS
-      if (t == 0) {
-        m1_s[r0] = m_new[0];
-        m1_s[r0 + 8] = m_new[1];
-      }
-      named_barrier_arrive(kWgBarM1, 256);
-      softmax_update(m_new);
-#else
       softmax_update(m_new);
       if (t == 0) {
         m1_s[r0] = m_new[0];
         m1_s[r0 + 8] = m_new[1];
       }
       named_barrier_arrive(kWgBarM1, 256);
-#endif
       pv_rs(k1a + 4 * 8192);  // O += P1 V1[:, 256:512]
       store_acc_panel(sm + L::kOffS1, s, x, 1.0f, 1.0f);
       // P0 V0 is issued before P1 is announced, so it queues on the tensor cores ahead of WG0's
