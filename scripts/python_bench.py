@@ -460,6 +460,9 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
         # the same call onto an idle device (synchronized before each call, outside the timing):
         # the call's own cost, with no launch queued behind a running one
         "chunkplan-idle-device": chunks,
+        # the same without slot lists (the device derives the insert slots): the form whose
+        # staging copies no per-token list
+        "chunkplan-derived-slots-idle-device": chunks,
     }
     stream = torch.cuda.Stream()
     for phases in (False, True):
@@ -468,11 +471,11 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
         raw_run = _C.Executor.run
         handles = {"chunkplan-extension": stream.cuda_stream, "chunkplan-extension-own-stream": ex.stream}
         for variant, items in inputs.items():
-            if phases and variant not in ("chunkplan", "chunkplan-idle-device"):
+            if phases and variant not in ("chunkplan", "chunkplan-idle-device", "chunkplan-derived-slots-idle-device"):
                 continue
             idle = variant.endswith("-idle-device")
             for cp in chunks:
-                cp.slot_lists = variant != "chunkplan-derived-slots" and variant.startswith("chunkplan")
+                cp.slot_lists = "derived-slots" not in variant and variant.startswith("chunkplan")
             handle = handles.get(variant)
             host, staging, launch, rec, waits = [], [], [], [], []
             clock = time.perf_counter_ns
@@ -492,7 +495,7 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
                     rec.append(r.record_us)
             ex.synchronize()
             if phases:
-                pv = "cpp-phases" + ("-idle-device" if idle else "")
+                pv = "cpp-phases" + ("-derived-slots" if "derived-slots" in variant else "") + ("-idle-device" if idle else "")
                 for metric, v in (("staging_us_p50", staging), ("launch_us_p50", launch), ("record_us_p50", rec)):
                     record("executor", f"python-run/{name}", pv, metric, pct(v, 0.5))
                 # staging excludes the wait for a staging block, as the call's host time does, so
@@ -500,7 +503,8 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
                 outside = [h - (a + b + c) for h, a, b, c in zip(host, staging, launch, rec)]
                 record("executor", f"python-run/{name}", pv, "host_us_p50", pct(host, 0.5))
                 record("executor", f"python-run/{name}", pv, "outside_phases_us_p50", pct(outside, 0.5))
-                summary.append(("executor", f"{name} C++ phases" + (" idle device" if idle else ""), None,
+                summary.append(("executor", f"{name} C++ phases" + (", derived slots" if "derived-slots" in variant else "")
+                                + (" idle device" if idle else ""), None,
                                 {"staging": pct(staging, 0.5), "launch": pct(launch, 0.5), "record": pct(rec, 0.5),
                                  "call": pct(host, 0.5), "outside": pct(outside, 0.5)}))
             else:

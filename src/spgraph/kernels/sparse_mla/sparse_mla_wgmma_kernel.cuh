@@ -56,6 +56,14 @@ inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 645
 /// Initial running max: finite, so exp2(kWgmmaMInit - kWgmmaMInit) = 1 keeps a start on masked
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
+/// A/B switch (issue 15 round 6): each kv half-buffer released in two 32-row parts, each on its
+/// own empty barrier, as soon as the P V product's k-steps over those rows complete, and refilled
+/// part by part; off: one release per half after the whole product.
+#ifdef SPGRAPH_WGMMA_SPLIT_RELEASE
+inline constexpr bool kWgmmaSplitRelease = true;
+#else
+inline constexpr bool kWgmmaSplitRelease = false;
+#endif
 
 enum WgmmaBarrier : int { kWgBarM0 = 1, kWgBarM1 = 2, kWgBarS0 = 3, kWgBarS1 = 4, kWgBarL = 5, kWgBarEpi0 = 6 };
 
@@ -81,7 +89,9 @@ struct WgmmaSmem {
   static constexpr int kOffM0 = kOffMisc + 512;    // float [64]
   static constexpr int kOffM1 = kOffMisc + 768;    // float [64]
   static constexpr int kOffL = kOffMisc + 1024;    // float [2][64]
-  static constexpr int kOffBar = kOffMisc + 1536;  // full[2][2], empty[2][2], q left / right: 10 mbarriers
+  // full[2][2], empty[2][2], q left / right: 10 mbarriers; with the split release also the
+  // second parts' empty[2][2] (14, 112 bytes)
+  static constexpr int kOffBar = kOffMisc + 1536;
   static constexpr int kBytes = kOffBar + 128;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
   static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
@@ -139,6 +149,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const std::uint32_t bar_base = sb + L::kOffBar;
   auto full_bar = [&](int b, int h) { return bar_base + static_cast<std::uint32_t>((2 * b + h) * 8); };
   auto empty_bar = [&](int b, int h) { return bar_base + 32u + static_cast<std::uint32_t>((2 * b + h) * 8); };
+  // Split release: empty_bar covers rows 0-31 of the half, empty_hi_bar rows 32-63; otherwise
+  // both name the half's one barrier (an arrival on each would count twice: see release()).
+  auto empty_hi_bar = [&](int b, int h) {
+    return kWgmmaSplitRelease ? bar_base + 80u + static_cast<std::uint32_t>((2 * b + h) * 8) : empty_bar(b, h);
+  };
   // Q in two halves like the kv buffers: the left panels (columns 0-255), the right ones (the rest).
   const std::uint32_t q_bar_left = bar_base + 64u;
   const std::uint32_t q_bar_right = bar_base + 72u;
@@ -149,8 +164,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // last), and the refill is ordered after both directly.
   constexpr int kEmptyK0RightCount = D == 576 ? 256 : 128;
   if (threadIdx.x == 0) {
-    // index 5 = empty_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7, Q left / right at 8-9)
-    for (int i = 0; i < 10; ++i) mbar_init(bar_base + 8u * i, i == 5 ? kEmptyK0RightCount : 128);
+    // index 5 = empty_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7, Q left / right at 8-9;
+    // split release: empty_hi[2][2] at 10-13, index 11 = empty_hi_bar(0, 1))
+    constexpr int kBarriers = kWgmmaSplitRelease ? 14 : 10;
+    for (int i = 0; i < kBarriers; ++i) {
+      mbar_init(bar_base + 8u * i, i == 5 || i == 11 ? kEmptyK0RightCount : 128);
+    }
     mbar_init_fence();
   }
   // Programmatic dependent launch (the launcher allows it): nothing above reads memory an earlier
@@ -237,6 +256,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         const int bb = step & 1;
         const int hh = ((step + 1) >> 1) & 1;
         mbar_wait(empty_bar(bb, hh), parity);
+        // (the mask of buffer bb was read by the warpgroup whose release passed the wait)
         if (step < 2 && c8 == 0) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
@@ -246,6 +266,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         const int pn1 = hh ? L::kPanels : 4;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
+          // Split release: rows 32-63 (i = 2, 3) once their part is released too.
+          if (kWgmmaSplitRelease && i == 2) mbar_wait(empty_hi_bar(bb, hh), parity);
           const int r = rsub + 16 * i;
           const int id = rows[bb][i];
           const __nv_bfloat16* src = p.kv + c8 * 8;
@@ -353,6 +375,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
   };
+  // A P V product over kv rows 0-63 (k-steps kk = 0..3, rows 16 kk ..): one wgmma group, or with
+  // the split release two (rows 0-31, then 32-63), so a half's first part is released first.
   auto pv_rs = [&](std::uint32_t va) {
     std::uint32_t a[4][4];
 #pragma unroll
@@ -363,7 +387,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     reg_fence(o);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_tb(o, a[kk], desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+    for (int kk = 0; kk < 4; ++kk) {
+      wgmma_m64n256k16_rs_tb(o, a[kk], desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+      if (kWgmmaSplitRelease && kk == 1) wgmma_commit();
+    }
     wgmma_commit();
   };
   auto pv_ss = [&](std::uint32_t pa, std::uint32_t va) {
@@ -371,8 +398,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     reg_fence(s);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int kk = 0; kk < 4; ++kk) {
       wgmma_m64n256k16_ss_tb(o, desc_kmajor(pa, kk, 64), desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+      if (kWgmmaSplitRelease && kk == 1) wgmma_commit();
+    }
     wgmma_commit();
   };
 
@@ -409,9 +438,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       named_barrier_arrive(kWgBarM0, 256);
       pv_rs(k0a);  // O += P0 V0[:, 0:256]
+      if constexpr (kWgmmaSplitRelease) {
+        wgmma_wait<1>();
+        mbar_arrive(empty_bar(0, 0));  // rows 0-31 of K0's left half
+      }
       wgmma_wait<0>();
       reg_fence(o);
-      mbar_arrive(empty_bar(0, 0));
+      mbar_arrive(empty_hi_bar(0, 0));
       named_barrier(kWgBarM1, 256);
       float f[2];
 #pragma unroll
@@ -425,7 +458,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       fence_proxy_async();
       // d_qk 576: P0 sits in K0's rope panel; this thread's store (and its Q K0^T reads of the
       // half, complete at the wait above) come before the producer's next fill of the half.
-      if constexpr (D == 576) mbar_arrive(empty_bar(0, 1));
+      if constexpr (D == 576) {
+        mbar_arrive(empty_bar(0, 1));
+        if constexpr (kWgmmaSplitRelease) mbar_arrive(empty_hi_bar(0, 1));  // P0 spans all 64 rows
+      }
       named_barrier_arrive(kWgBarS0, 256);
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
@@ -439,9 +475,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         fence_proxy_async();
         qk_steps(k0a, 0, 16, true);
         wgmma_commit();
+        if constexpr (kWgmmaSplitRelease) {
+          wgmma_wait<2>();
+          mbar_arrive(empty_bar(1, 0));  // rows 0-31 of K1's left half
+        }
         wgmma_wait<1>();
         reg_fence(o);
-        mbar_arrive(empty_bar(1, 0));
+        mbar_arrive(empty_hi_bar(1, 0));
         mbar_wait(full_bar(0, 1), ph ^ 1u);
         fence_proxy_async();
         qk_steps(k0a, 16, L::kSteps, false);
@@ -449,9 +489,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         wgmma_wait<0>();
         reg_fence(s);
       } else {
+        if constexpr (kWgmmaSplitRelease) {
+          wgmma_wait<1>();
+          mbar_arrive(empty_bar(1, 0));
+        }
         wgmma_wait<0>();
         reg_fence(o);
-        mbar_arrive(empty_bar(1, 0));
+        mbar_arrive(empty_hi_bar(1, 0));
       }
     }
   } else {
@@ -493,11 +537,28 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       fence_proxy_async();
       pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
       named_barrier_arrive(kWgBarS1, 256);
-      wgmma_wait<1>();
-      mbar_arrive(empty_bar(1, 1));
-      wgmma_wait<0>();
-      reg_fence(o);
-      mbar_arrive(empty_bar(0, 1));  // at d_qk 576 with WG0's arrivals after its P0 store
+      if constexpr (kWgmmaSplitRelease) {
+        // Groups: P1 V1 rows 0-31, 32-63, then P0 V0 rows 0-31, 32-63. At d_qk 576 K0's right
+        // half holds P0 in all its rows, so both its parts wait for the whole P0 V0 product.
+        wgmma_wait<3>();
+        mbar_arrive(empty_bar(1, 1));
+        wgmma_wait<2>();
+        mbar_arrive(empty_hi_bar(1, 1));
+        if constexpr (D != 576) {
+          wgmma_wait<1>();
+          mbar_arrive(empty_bar(0, 1));
+        }
+        wgmma_wait<0>();
+        reg_fence(o);
+        if constexpr (D == 576) mbar_arrive(empty_bar(0, 1));
+        mbar_arrive(empty_hi_bar(0, 1));
+      } else {
+        wgmma_wait<1>();
+        mbar_arrive(empty_bar(1, 1));
+        wgmma_wait<0>();
+        reg_fence(o);
+        mbar_arrive(empty_bar(0, 1));  // at d_qk 576 with WG0's arrivals after its P0 store
+      }
     }
   }
 
