@@ -10,7 +10,9 @@
 //       zero-filled and never read; a 0 / -inf bias per row goes to shared memory).
 //       Each buffer is split into a left half (panels 0-3: value columns 0-255) and a right half
 //       (panels 4.., the value columns 256-511 plus, at d_qk 576, the 64 rope columns), each with
-//       a full and an empty mbarrier, so a half is refilled as soon as its last reader is done.
+//       a full mbarrier and two empty ones, for its kv rows 0-31 and 32-63: the half's last
+//       reader releases each part as soon as its P V product's k-steps over those rows complete
+//       (two wgmma groups), and the producer refills the half part by part.
 //       Q rows (and, in the epilogue, out rows) go through L2 as "evict first": each is used by
 //       one CTA, while the kv rows are reread by many. Late in the item it prefetches into L2 the
 //       Q rows of the CTA that takes an SM one wave later.
@@ -56,14 +58,6 @@ inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 645
 /// Initial running max: finite, so exp2(kWgmmaMInit - kWgmmaMInit) = 1 keeps a start on masked
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
-/// A/B switch (issue 15 round 6): each kv half-buffer released in two 32-row parts, each on its
-/// own empty barrier, as soon as the P V product's k-steps over those rows complete, and refilled
-/// part by part; off: one release per half after the whole product.
-#ifdef SPGRAPH_WGMMA_SPLIT_RELEASE
-inline constexpr bool kWgmmaSplitRelease = true;
-#else
-inline constexpr bool kWgmmaSplitRelease = false;
-#endif
 
 enum WgmmaBarrier : int { kWgBarM0 = 1, kWgBarM1 = 2, kWgBarS0 = 3, kWgBarS1 = 4, kWgBarL = 5, kWgBarEpi0 = 6 };
 
@@ -78,19 +72,19 @@ struct WgmmaSmem {
   static constexpr int kOffK1 = 2 * kTile;
   static constexpr int kOffS1 = 3 * kTile;
   // d_qk 576: P0 reuses K0's rope panel (panel 8), which only WG0's Q K0^T reads and which the
-  // producer refills only after WG1's P0 V product (the right-half empty barrier of K0).
+  // producer refills only after WG1's whole P0 V product (both right-half empty barriers of K0).
   // At d_qk 576 the producer's refill of K0's right half must follow both WG1's reads of P0 and
-  // WG0's store of it: K0's right-half empty barrier takes WG0's arrivals too (kWgmmaEmptyK0R).
+  // WG0's store of it: K0's right-half empty barriers take WG0's arrivals too (kEmptyK0RightCount).
   static constexpr int kOffS0 = D == 576 ? kOffK0 + 8 * 8192 : kOffS1 + 8192;
   static_assert(D != 576 || (kOffS0 >= kOffK0 + 4 * 8192 && kOffS0 + 8192 <= kOffK0 + kTile),
-                "at d_qk 576 P0 must lie in K0's right half, the half whose empty barrier WG0 arrives on");
+                "at d_qk 576 P0 must lie in K0's right half, the half whose empty barriers WG0 arrives on");
   static constexpr int kOffMisc = kOffS1 + (D == 576 ? 8192 : 16384);
   static constexpr int kOffMask = kOffMisc;        // float [2][64]: 0 or -inf per kv row of K0 / K1
   static constexpr int kOffM0 = kOffMisc + 512;    // float [64]
   static constexpr int kOffM1 = kOffMisc + 768;    // float [64]
   static constexpr int kOffL = kOffMisc + 1024;    // float [2][64]
-  // full[2][2], empty[2][2], q left / right: 10 mbarriers; with the split release also the
-  // second parts' empty[2][2] (14, 112 bytes)
+  // full[2][2], empty[2][2] (rows 0-31 of each half), Q left / right, empty_hi[2][2] (rows
+  // 32-63): 14 mbarriers, 112 bytes
   static constexpr int kOffBar = kOffMisc + 1536;
   static constexpr int kBytes = kOffBar + 128;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
@@ -149,25 +143,21 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const std::uint32_t bar_base = sb + L::kOffBar;
   auto full_bar = [&](int b, int h) { return bar_base + static_cast<std::uint32_t>((2 * b + h) * 8); };
   auto empty_bar = [&](int b, int h) { return bar_base + 32u + static_cast<std::uint32_t>((2 * b + h) * 8); };
-  // Split release: empty_bar covers rows 0-31 of the half, empty_hi_bar rows 32-63; otherwise
-  // both name the half's one barrier (an arrival on each would count twice: see release()).
-  auto empty_hi_bar = [&](int b, int h) {
-    return kWgmmaSplitRelease ? bar_base + 80u + static_cast<std::uint32_t>((2 * b + h) * 8) : empty_bar(b, h);
-  };
+  // A half is released in two parts: empty_bar covers its kv rows 0-31, empty_hi_bar rows 32-63.
+  auto empty_hi_bar = [&](int b, int h) { return bar_base + 80u + static_cast<std::uint32_t>((2 * b + h) * 8); };
   // Q in two halves like the kv buffers: the left panels (columns 0-255), the right ones (the rest).
   const std::uint32_t q_bar_left = bar_base + 64u;
   const std::uint32_t q_bar_right = bar_base + 72u;
 
   // Every barrier takes one arrival per thread of one warpgroup (on the full and Q barriers, the
-  // producer's fill_arrive), except K0's right-half empty barrier at d_qk 576: P0 lives in that
-  // half's rope panel, so WG0 (which stores P0) arrives on it as well as WG1 (which reads it
-  // last), and the refill is ordered after both directly.
+  // producer's fill_arrive), except K0's right-half empty barriers at d_qk 576: P0 lives in that
+  // half's rope panel (all 64 rows), so WG0 (which stores P0) arrives on both parts' barriers as
+  // well as WG1 (which reads it last), and the refill is ordered after both directly.
   constexpr int kEmptyK0RightCount = D == 576 ? 256 : 128;
   if (threadIdx.x == 0) {
-    // index 5 = empty_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7, Q left / right at 8-9;
-    // split release: empty_hi[2][2] at 10-13, index 11 = empty_hi_bar(0, 1))
-    constexpr int kBarriers = kWgmmaSplitRelease ? 14 : 10;
-    for (int i = 0; i < kBarriers; ++i) {
+    // index 5 = empty_bar(0, 1), 11 = empty_hi_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7,
+    // Q left / right at 8-9, empty_hi[2][2] at 10-13)
+    for (int i = 0; i < 14; ++i) {
       mbar_init(bar_base + 8u * i, i == 5 || i == 11 ? kEmptyK0RightCount : 128);
     }
     mbar_init_fence();
@@ -266,8 +256,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         const int pn1 = hh ? L::kPanels : 4;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          // Split release: rows 32-63 (i = 2, 3) once their part is released too.
-          if (kWgmmaSplitRelease && i == 2) mbar_wait(empty_hi_bar(bb, hh), parity);
+          // Rows 32-63 (i = 2, 3) once their part of the half is released too.
+          if (i == 2) mbar_wait(empty_hi_bar(bb, hh), parity);
           const int r = rsub + 16 * i;
           const int id = rows[bb][i];
           const __nv_bfloat16* src = p.kv + c8 * 8;
@@ -375,8 +365,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
   };
-  // A P V product over kv rows 0-63 (k-steps kk = 0..3, rows 16 kk ..): one wgmma group, or with
-  // the split release two (rows 0-31, then 32-63), so a half's first part is released first.
+  // A P V product over kv rows 0-63 (k-steps kk = 0..3, rows 16 kk ..) as two wgmma groups, rows
+  // 0-31 then 32-63, so that the first part of the half can be released before the second.
   auto pv_rs = [&](std::uint32_t va) {
     std::uint32_t a[4][4];
 #pragma unroll
@@ -389,7 +379,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       wgmma_m64n256k16_rs_tb(o, a[kk], desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
-      if (kWgmmaSplitRelease && kk == 1) wgmma_commit();
+      if (kk == 1) wgmma_commit();
     }
     wgmma_commit();
   };
@@ -400,7 +390,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       wgmma_m64n256k16_ss_tb(o, desc_kmajor(pa, kk, 64), desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
-      if (kWgmmaSplitRelease && kk == 1) wgmma_commit();
+      if (kk == 1) wgmma_commit();
     }
     wgmma_commit();
   };
@@ -438,10 +428,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       named_barrier_arrive(kWgBarM0, 256);
       pv_rs(k0a);  // O += P0 V0[:, 0:256]
-      if constexpr (kWgmmaSplitRelease) {
-        wgmma_wait<1>();
-        mbar_arrive(empty_bar(0, 0));  // rows 0-31 of K0's left half
-      }
+      wgmma_wait<1>();
+      mbar_arrive(empty_bar(0, 0));  // rows 0-31 of K0's left half
       wgmma_wait<0>();
       reg_fence(o);
       mbar_arrive(empty_hi_bar(0, 0));
@@ -460,7 +448,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       // half, complete at the wait above) come before the producer's next fill of the half.
       if constexpr (D == 576) {
         mbar_arrive(empty_bar(0, 1));
-        if constexpr (kWgmmaSplitRelease) mbar_arrive(empty_hi_bar(0, 1));  // P0 spans all 64 rows
+        mbar_arrive(empty_hi_bar(0, 1));  // P0 spans all 64 rows of the rope panel
       }
       named_barrier_arrive(kWgBarS0, 256);
 #pragma unroll
@@ -475,10 +463,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         fence_proxy_async();
         qk_steps(k0a, 0, 16, true);
         wgmma_commit();
-        if constexpr (kWgmmaSplitRelease) {
-          wgmma_wait<2>();
-          mbar_arrive(empty_bar(1, 0));  // rows 0-31 of K1's left half
-        }
+        wgmma_wait<2>();
+        mbar_arrive(empty_bar(1, 0));  // rows 0-31 of K1's left half
         wgmma_wait<1>();
         reg_fence(o);
         mbar_arrive(empty_hi_bar(1, 0));
@@ -489,10 +475,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         wgmma_wait<0>();
         reg_fence(s);
       } else {
-        if constexpr (kWgmmaSplitRelease) {
-          wgmma_wait<1>();
-          mbar_arrive(empty_bar(1, 0));
-        }
+        wgmma_wait<1>();
+        mbar_arrive(empty_bar(1, 0));
         wgmma_wait<0>();
         reg_fence(o);
         mbar_arrive(empty_hi_bar(1, 0));
@@ -537,28 +521,21 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       fence_proxy_async();
       pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
       named_barrier_arrive(kWgBarS1, 256);
-      if constexpr (kWgmmaSplitRelease) {
-        // Groups: P1 V1 rows 0-31, 32-63, then P0 V0 rows 0-31, 32-63. At d_qk 576 K0's right
-        // half holds P0 in all its rows, so both its parts wait for the whole P0 V0 product.
-        wgmma_wait<3>();
-        mbar_arrive(empty_bar(1, 1));
-        wgmma_wait<2>();
-        mbar_arrive(empty_hi_bar(1, 1));
-        if constexpr (D != 576) {
-          wgmma_wait<1>();
-          mbar_arrive(empty_bar(0, 1));
-        }
-        wgmma_wait<0>();
-        reg_fence(o);
-        if constexpr (D == 576) mbar_arrive(empty_bar(0, 1));
-        mbar_arrive(empty_hi_bar(0, 1));
-      } else {
+      // Groups: P1 V1 rows 0-31, 32-63, then P0 V0 rows 0-31, 32-63. At d_qk 576 K0's right
+      // half holds P0 in all its rows, so both its parts wait for the whole P0 V0 product (and
+      // take WG0's arrivals after its P0 store).
+      wgmma_wait<3>();
+      mbar_arrive(empty_bar(1, 1));
+      wgmma_wait<2>();
+      mbar_arrive(empty_hi_bar(1, 1));
+      if constexpr (D != 576) {
         wgmma_wait<1>();
-        mbar_arrive(empty_bar(1, 1));
-        wgmma_wait<0>();
-        reg_fence(o);
-        mbar_arrive(empty_bar(0, 1));  // at d_qk 576 with WG0's arrivals after its P0 store
+        mbar_arrive(empty_bar(0, 1));
       }
+      wgmma_wait<0>();
+      reg_fence(o);
+      if constexpr (D == 576) mbar_arrive(empty_bar(0, 1));
+      mbar_arrive(empty_hi_bar(0, 1));
     }
   }
 
