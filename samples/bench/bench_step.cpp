@@ -167,9 +167,9 @@ void run_step_benchmarks(Reporter& rep) {
       std::printf("  structure, %s chunk graph (largest bucket): %s\n", program.c_str(),
                   describe_graph(chunk_graph.get()).c_str());
       const graphs::StepGraph sg = ex.record_step_graph(0, 0);
-      std::printf("  structure, %s step graph: top %s; loop body %s; largest bucket body %s\n", program.c_str(),
-                  describe_graph(sg.graph.get()).c_str(), describe_graph(sg.loop_body).c_str(),
-                  describe_graph(sg.bucket_bodies.back()).c_str());
+      std::printf("  structure, %s step graph: top %s; first loop body %s; loop body %s; largest bucket body %s\n",
+                  program.c_str(), describe_graph(sg.graph.get()).c_str(), describe_graph(sg.fast_loop_body).c_str(),
+                  describe_graph(sg.loop_body).c_str(), describe_graph(sg.bucket_bodies.back()).c_str());
       // One chunk (4 requests of 64 tokens) through run(chunk): the per-chunk graphs' launch.
       BenchStep one;
       make_step(config, 1, one);

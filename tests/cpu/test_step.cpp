@@ -342,6 +342,55 @@ TEST_CASE("a step's chunks are staged with their rows: token and compressed-row 
   for (int i = 0; i < graphs::kNumRatios; ++i) CHECK((sc[i].token_offset == 0 && sc[i].new_row_offset == 0));
 }
 
+TEST_CASE("only a step's leading full chunks go on the largest bucket; a later full chunk and a one-chunk step keep "
+          "their own", "[cpu][step]") {
+  model::PipelineConfig c = test::two_layer_config();
+  const int R = c.max_requests;
+  const int T = c.max_tokens;
+  const int n = 2 + R;  // a full chunk of one request, R one-token requests, another full chunk
+  const int per_swa = c.swa_blocks_per_request();
+  const int per_comp = c.compressed_blocks_per_request();
+  c.cache.swa_blocks = n * per_swa;
+  c.cache.compressed_blocks = n * per_comp;
+  const graphs::StepLayout layout = graphs::StepLayout::make(c, 16, 4 * T);
+  const graphs::BucketSet buckets = graphs::BucketSet::make_default(R, T);
+  graphs::ChunkEncoder encoder(c, true);
+  graphs::StepStager stager(c, layout, buckets, encoder);
+  std::vector<std::vector<std::int32_t>> swa(static_cast<std::size_t>(n));
+  std::vector<std::vector<std::int32_t>> comp(static_cast<std::size_t>(n));
+  std::vector<graphs::RequestInput> requests(static_cast<std::size_t>(n));
+  for (int b = 0; b < n; ++b) {
+    for (int i = 0; i < per_swa; ++i) swa[static_cast<std::size_t>(b)].push_back(b * per_swa + i);
+    for (int i = 0; i < per_comp; ++i) comp[static_cast<std::size_t>(b)].push_back(b * per_comp + i);
+    graphs::RequestInput& r = requests[static_cast<std::size_t>(b)];
+    r.query_len = b == 0 || b == n - 1 ? T : 1;
+    r.seq_len = r.query_len + 100 + b;
+    r.swa_blocks = swa[static_cast<std::size_t>(b)];
+    for (int i = 1; i < graphs::kNumRatios; ++i) r.compressed_blocks[i] = comp[static_cast<std::size_t>(b)];
+  }
+  constexpr int kMask = 0b011;
+  REQUIRE(stager.fast_bucket() == buckets.lookup(R, T));
+  const graphs::StepCheck checked = stager.check(graphs::StepInput{requests}, kMask);
+  REQUIRE(checked.status == graphs::RunStatus::ok);
+  REQUIRE(checked.chunks == 3);
+  CHECK(stager.fast_chunks() == 1);
+  REQUIRE(stager.buckets().size() == 3);
+  CHECK(stager.buckets()[0] == stager.fast_bucket());   // (1, T) on (R, T)
+  CHECK(stager.buckets()[1] == buckets.lookup(R, R));  // not full: its own, in the SWITCH loop
+  CHECK(stager.buckets()[2] == buckets.lookup(1, T));  // full, but after a chunk that is not
+  std::vector<std::int32_t> block(layout.words(), 0x7F7F7F7F);
+  stager.write(kMask, block.data());
+  CHECK(block[kernels::StepStateWords::count] == 3);
+  CHECK(block[kernels::StepStateWords::fast] == 1);
+  CHECK(block[kernels::StepStateWords::buckets + 0] == stager.fast_bucket());
+  CHECK(block[kernels::StepStateWords::buckets + 2] == buckets.lookup(1, T));
+  // A step of one full chunk launches as that chunk, at its own bucket.
+  const std::vector<graphs::RequestInput> one(requests.begin(), requests.begin() + 1);
+  REQUIRE(stager.check(graphs::StepInput{one}, kMask).chunks == 1);
+  CHECK(stager.fast_chunks() == 0);
+  CHECK(stager.buckets()[0] == buckets.lookup(1, T));
+}
+
 TEST_CASE("the step stager checks every chunk, then writes the header and each chunk's block on its rows",
           "[cpu][step]") {
   model::PipelineConfig c = test::two_layer_config();
@@ -381,14 +430,26 @@ TEST_CASE("the step stager checks every chunk, then writes the header and each c
   graphs::ChunkEncoder alone(c, true);
   graphs::ChunkRows rows;
   std::vector<std::int32_t> expected(static_cast<std::size_t>(layout.chunk_words));
+  // The leading chunks of the largest T bucket run on the largest bucket (the first loop).
+  int fast = 0;
+  for (int k = 0; k < checked.chunks; ++k) {
+    const graphs::ChunkCheck ck = alone.check(splitter.chunk(k), kMask);
+    if (buckets.t_of(buckets.lookup(ck.requests, ck.tokens)) != c.max_tokens) break;
+    ++fast;
+  }
+  REQUIRE(fast >= 1);  // the step's first chunk is full: the case below covers both loops
+  REQUIRE(fast < checked.chunks);
+  CHECK(stager.fast_chunks() == fast);
+  CHECK(block[kernels::StepStateWords::fast] == fast);
   for (int k = 0; k < checked.chunks; ++k) {
     INFO("chunk " << k);
     std::fill(expected.begin(), expected.end(), 0x7F7F7F7F);  // write() leaves unread words as they were
     const graphs::ChunkInput chunk = splitter.chunk(k);
     const graphs::ChunkCheck ck = alone.check(chunk, kMask);
     REQUIRE(ck.status == graphs::RunStatus::ok);
-    CHECK(stager.buckets()[static_cast<std::size_t>(k)] == buckets.lookup(ck.requests, ck.tokens));
-    CHECK(block[static_cast<std::size_t>(kernels::StepStateWords::buckets + k)] == buckets.lookup(ck.requests, ck.tokens));
+    const int bucket = k < fast ? stager.fast_bucket() : buckets.lookup(ck.requests, ck.tokens);
+    CHECK(stager.buckets()[static_cast<std::size_t>(k)] == bucket);
+    CHECK(block[static_cast<std::size_t>(kernels::StepStateWords::buckets + k)] == bucket);
     alone.write(chunk, ck, kMask, expected.data(), rows);
     rows = rows.next(ck);
     const std::int32_t* got = block.data() + layout.chunk_offset(k);

@@ -413,12 +413,13 @@ TEST_CASE("a chunk metadata block larger than one CTA's copy: next stages every 
   CHECK(ex.read_run_faults().total() == 0);
 }
 
-TEST_CASE("the step graph holds head, WHILE, tail, next, SWITCH and one body of layers per bucket", "[gpu][step]") {
+TEST_CASE("the step graph holds head, two WHILEs, tail; next_fast and the largest body; next, SWITCH and one body of "
+          "layers per bucket", "[gpu][step]") {
   graphs::Executor ex(step_program(), step_options());
   ex.warmup();
   for (int p = 0; p < ex.programs(); ++p) {
     std::vector<const graphs::Pipeline*> bodies;
-    std::size_t want = 5;
+    std::size_t want = 7;
     for (int b = 0; b < ex.buckets().size(); ++b) {
       const graphs::Pipeline& body = ex.step_body(p, b);
       CHECK(body.step_rows());
@@ -427,9 +428,14 @@ TEST_CASE("the step graph holds head, WHILE, tail, next, SWITCH and one body of 
       bodies.push_back(&body);
       want += static_cast<std::size_t>(body.kernel_launches() - 1);  // a body: the layers, no stage-in
     }
+    const int largest = bodies.back()->kernel_launches() - 1;
+    want += static_cast<std::size_t>(largest);  // the first loop's copy of the largest body
     for (int s = 0; s < 2; ++s) {
       const graphs::StepGraph g = ex.record_step_graph(p, s);
-      CHECK(g.graph.node_count() == 3);
+      CHECK(g.graph.node_count() == 4);
+      std::size_t fast_nodes = 0;
+      REQUIRE(cudaGraphGetNodes(g.fast_loop_body, nullptr, &fast_nodes) == cudaSuccess);
+      CHECK(fast_nodes == static_cast<std::size_t>(1 + largest));
       std::size_t loop_nodes = 0;
       REQUIRE(cudaGraphGetNodes(g.loop_body, nullptr, &loop_nodes) == cudaSuccess);
       CHECK(loop_nodes == 2);

@@ -382,6 +382,7 @@ WarmupReport Executor::warmup() {
     const int one[1] = {0};
     std::int32_t* const block = step_staging_[0];
     block[kernels::StepStateWords::count] = 1;
+    block[kernels::StepStateWords::fast] = 0;
     block[kernels::StepStateWords::buckets] = 0;
     encoder_.write(empty, checked, program_ratios_[0], block + step_layout_.chunk_offset(0));
     SPG_CUDA_TRY(record_step_eager(step_loop_args(0), bodies[0], one, stream()));

@@ -148,6 +148,7 @@ StepStager::StepStager(const model::PipelineConfig& config, const StepLayout& la
 StepCheck StepStager::check(const StepInput& step, int ratio_mask) noexcept {
   StepCheck out;
   chunks_ = 0;
+  fast_chunks_ = 0;
   const StepSplit split = splitter_.split(step);
   if (split.status != RunStatus::ok) {
     out.status = split.status;
@@ -179,6 +180,16 @@ StepCheck StepStager::check(const StepInput& step, int ratio_mask) noexcept {
     buckets_[static_cast<std::size_t>(c)] = bucket;
   }
   chunks_ = split.chunks;
+  // The leading full chunks (their bucket's T the largest) run on the largest bucket, in the loop
+  // without the SWITCH; the first chunk that is not full ends that run (chunks keep their order:
+  // a request's later piece reads the cache rows its earlier one inserts). A step of one chunk
+  // keeps its own bucket: it launches as a chunk, without the loops.
+  const int t_max = bucket_set_.t_buckets().back();
+  fast_chunks_ = 0;
+  while (chunks_ > 1 && fast_chunks_ < chunks_ &&
+         bucket_set_.t_of(buckets_[static_cast<std::size_t>(fast_chunks_)]) == t_max) {
+    buckets_[static_cast<std::size_t>(fast_chunks_++)] = fast_bucket();
+  }
   return out;
 }
 
@@ -191,18 +202,20 @@ void StepStager::write(int ratio_mask, std::int32_t* block) const noexcept {
     block[kernels::StepStateWords::buckets + c] = buckets_[static_cast<std::size_t>(c)];
   }
   block[kernels::StepStateWords::count] = chunks_;
+  block[kernels::StepStateWords::fast] = fast_chunks_;
 }
 
 std::size_t StepGraph::node_count() const {
-  std::size_t n = nodes_of(graph.get()) + nodes_of(loop_body);
+  std::size_t n = nodes_of(graph.get()) + nodes_of(fast_loop_body) + nodes_of(loop_body);
   for (cudaGraph_t b : bucket_bodies) n += nodes_of(b);
   return n;
 }
 
 std::size_t StepGraph::expected_nodes(std::span<const Pipeline* const> bodies) noexcept {
-  std::size_t n = 5;  // head, WHILE, tail; next, SWITCH
+  std::size_t n = 7;  // head, two WHILEs, tail; next_fast; next, SWITCH
   // A body is the chunk's layers: its pipeline's launches less the chunk graph's stage-in.
   for (const Pipeline* p : bodies) n += static_cast<std::size_t>(p->kernel_launches() - 1);
+  if (!bodies.empty()) n += static_cast<std::size_t>(bodies.back()->kernel_launches() - 1);  // the first loop's
   return n;
 }
 
@@ -219,10 +232,26 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
   cond.set = true;
   // Both handles belong to the top graph: a handle may drive a conditional node in its graph or
   // in any graph below it, and next (in the loop body) sets both.
+  SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.fast_loop, top, 0, 0));
   SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.loop, top, 0, 0));
   SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.select, top, 0, 0));
   capture_into(top, stream, [&] { return kernels::StepLoop::run_head(args, cond, stream); });
   const cudaGraphNode_t head = only_node(top);
+
+  // The first loop: the leading chunks the host put on the largest bucket, no SWITCH (a SWITCH
+  // costs a chunk about 5 us of GPU time: docs/benchmarks.md, the loop probe).
+  cudaGraphNodeParams fast{};
+  fast.type = cudaGraphNodeTypeConditional;
+  fast.conditional.handle = cond.fast_loop;
+  fast.conditional.type = cudaGraphCondTypeWhile;
+  fast.conditional.size = 1;
+  cudaGraphNode_t fast_node = nullptr;
+  SPG_CUDA_TRY(cudaGraphAddNode(&fast_node, top, &head, nullptr, 1, &fast));
+  out.fast_loop_body = fast.conditional.phGraph_out[0];
+  capture_into(out.fast_loop_body, stream, [&] { return kernels::StepLoop::run_next_fast(args, cond, stream); });
+  const cudaGraphNode_t next_fast = only_node(out.fast_loop_body);
+  const Pipeline* largest = bodies.back();
+  capture_into(out.fast_loop_body, stream, [&] { return largest->record_layers(stream); }, &next_fast);
 
   cudaGraphNodeParams loop{};
   loop.type = cudaGraphNodeTypeConditional;
@@ -230,7 +259,7 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
   loop.conditional.type = cudaGraphCondTypeWhile;
   loop.conditional.size = 1;
   cudaGraphNode_t loop_node = nullptr;
-  SPG_CUDA_TRY(cudaGraphAddNode(&loop_node, top, &head, nullptr, 1, &loop));
+  SPG_CUDA_TRY(cudaGraphAddNode(&loop_node, top, &fast_node, nullptr, 1, &loop));
   out.loop_body = loop.conditional.phGraph_out[0];
 
   capture_into(out.loop_body, stream, [&] { return kernels::StepLoop::run_next(args, cond, stream); });

@@ -119,6 +119,11 @@ struct StepCheck {
 ///        chunk and finds its bucket; write() then fills a step staging block. No allocation (the
 ///        scratch is sized at construction), no exception; not for use by two threads at once.
 ///        Holds `buckets` and `encoder` by reference: both must outlive it.
+///
+/// The leading chunks whose bucket has the largest T (full chunks, whatever their request count)
+/// are put on the largest bucket, fast_bucket(): the step graph runs them in a loop without the
+/// SWITCH (build_step_graph). The body of a larger bucket writes what the chunk's own would (the
+/// kernels read every length from the metadata; the bucket sizes only their grids).
 class StepStager {
  public:
   StepStager(const model::PipelineConfig& config, const StepLayout& layout, const BucketSet& buckets,
@@ -127,9 +132,14 @@ class StepStager {
   /// written anywhere but the stager's scratch.
   [[nodiscard]] StepCheck check(const StepInput& step, int ratio_mask) noexcept;
   /// Writes the step the last check() accepted into `block` (StepLayout::words() words): the
-  /// header (chunk count, each chunk's bucket), then each chunk's metadata on its rows of the step.
+  /// header (chunk count, leading chunks on fast_bucket(), each chunk's bucket), then each chunk's
+  /// metadata on its rows of the step.
   void write(int ratio_mask, std::int32_t* block) const noexcept;
-  /// The buckets of the last accepted step's chunks, in order.
+  /// The largest bucket, which the leading full chunks of a step run on.
+  [[nodiscard]] int fast_bucket() const noexcept { return bucket_set_.size() - 1; }
+  /// How many leading chunks of the last accepted step run on fast_bucket() in the first loop.
+  [[nodiscard]] int fast_chunks() const noexcept { return fast_chunks_; }
+  /// The buckets of the last accepted step's chunks, in order (fast_bucket() for the leading ones).
   [[nodiscard]] std::span<const int> buckets() const noexcept {
     return {buckets_.data(), static_cast<std::size_t>(chunks_)};
   }
@@ -145,24 +155,30 @@ class StepStager {
   std::vector<ChunkCheck> checks_;
   std::vector<int> buckets_;
   int chunks_{0};
+  int fast_chunks_{0};
 };
 
 /// @brief A captured step graph and its bodies (owned by the graph), for inspection and counting.
 struct StepGraph {
   Graph graph;
-  cudaGraph_t loop_body{nullptr};
+  cudaGraph_t fast_loop_body{nullptr};  ///< next_fast, then the largest bucket's layers
+  cudaGraph_t loop_body{nullptr};       ///< next, then the SWITCH
   std::vector<cudaGraph_t> bucket_bodies;
-  /// Nodes at every level: the top graph's (head, WHILE, tail), the loop body's (next, SWITCH) and every
-  /// bucket body's. @throws CudaError.
+  /// Nodes at every level: the top graph's (head, the two WHILEs, tail), the first loop body's
+  /// (next_fast and the largest bucket's layers), the second's (next, SWITCH) and every bucket
+  /// body's. @throws CudaError.
   [[nodiscard]] std::size_t node_count() const;
-  /// What node_count() must be for these bucket bodies: 5 + the sum of their layers' kernel
-  /// launches (Pipeline::kernel_launches() less its stage-in: next has staged the chunk).
+  /// What node_count() must be for these bucket bodies: 7 + the sum of their layers' kernel
+  /// launches (Pipeline::kernel_launches() less its stage-in: next has staged the chunk), the
+  /// last (largest) body's twice.
   [[nodiscard]] static std::size_t expected_nodes(std::span<const Pipeline* const> bodies) noexcept;
 };
 
-/// Builds the step graph: head -> WHILE { next -> SWITCH { one body per bucket } } -> tail, the bodies
-/// recorded by stream capture into the conditional nodes' graphs on `stream` (which must not be
-/// capturing). @throws CudaError; InvalidArgument from StepLoop::can_implement.
+/// Builds the step graph: head -> WHILE { next_fast -> the largest bucket's layers } -> WHILE {
+/// next -> SWITCH { one body per bucket } } -> tail, the bodies recorded by stream capture into
+/// the conditional nodes' graphs on `stream` (which must not be capturing); `bodies` in bucket
+/// order, the last the largest (StepStager::fast_bucket()). @throws CudaError; InvalidArgument from
+/// StepLoop::can_implement.
 [[nodiscard]] StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
                                          cudaStream_t stream);
 

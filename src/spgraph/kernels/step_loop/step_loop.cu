@@ -50,7 +50,14 @@ cudaError_t StepLoop::run_head(const StepLoopArgs& a, const StepConditionals& c,
 
 cudaError_t StepLoop::run_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
   const int vectors = chunk_vectors(a);
-  detail::step_next_kernel<<<ctas_for(vectors, kNextMaxCtas), detail::kStepCopyThreads, 0, stream>>>(
+  detail::step_next_kernel<false><<<ctas_for(vectors, kNextMaxCtas), detail::kStepCopyThreads, 0, stream>>>(
+      static_cast<const uint4*>(a.step_meta), a.state, static_cast<uint4*>(a.chunk_meta), vectors, c);
+  return cudaGetLastError();
+}
+
+cudaError_t StepLoop::run_next_fast(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
+  const int vectors = chunk_vectors(a);
+  detail::step_next_kernel<true><<<ctas_for(vectors, kNextMaxCtas), detail::kStepCopyThreads, 0, stream>>>(
       static_cast<const uint4*>(a.step_meta), a.state, static_cast<uint4*>(a.chunk_meta), vectors, c);
   return cudaGetLastError();
 }

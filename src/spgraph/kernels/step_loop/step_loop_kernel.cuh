@@ -50,16 +50,23 @@ __global__ void __launch_bounds__(kStepCopyThreads)
     }
     if (threadIdx.x == 0) {
       fold_step_faults(status);
+      const int fast = staging[W::fast];
       state[W::count] = count;
       state[W::next] = 0;
       state[W::current] = 0;
       state[W::arrived] = 0;
-      if (c.set) cudaGraphSetConditional(c.loop, count > 0 ? 1U : 0U);
+      state[W::fast] = fast;
+      if (c.set) {
+        cudaGraphSetConditional(c.fast_loop, fast > 0 ? 1U : 0U);
+        cudaGraphSetConditional(c.loop, count > fast ? 1U : 0U);
+      }
     }
   }
   grid_copy(chunks, step_meta, static_cast<std::int64_t>(count) * vectors);
 }
 
+/// kFast: the first loop's next (its chunks all run the largest bucket's body: no select).
+template <bool kFast>
 __global__ void __launch_bounds__(kStepCopyThreads)
     step_next_kernel(const uint4* __restrict__ step_meta, std::int32_t* state, uint4* __restrict__ meta, int vectors,
                      StepConditionals c) {
@@ -75,8 +82,12 @@ __global__ void __launch_bounds__(kStepCopyThreads)
   state[W::current] = i;
   state[W::next] = i + 1;
   if (c.set) {
-    cudaGraphSetConditional(c.select, static_cast<unsigned>(state[W::buckets + i]));
-    cudaGraphSetConditional(c.loop, i + 1 < state[W::count] ? 1U : 0U);
+    if constexpr (kFast) {
+      cudaGraphSetConditional(c.fast_loop, i + 1 < state[W::fast] ? 1U : 0U);
+    } else {
+      cudaGraphSetConditional(c.select, static_cast<unsigned>(state[W::buckets + i]));
+      cudaGraphSetConditional(c.loop, i + 1 < state[W::count] ? 1U : 0U);
+    }
   }
 }
 
