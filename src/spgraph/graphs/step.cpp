@@ -42,6 +42,25 @@ cudaGraphNode_t only_node(cudaGraph_t graph) {
   return node;
 }
 
+/// A conditional node of `type` over `handle`, added to `graph` after `after`, and its body
+/// graphs (`size` of them, owned by the node).
+struct Conditional {
+  cudaGraphNode_t node{nullptr};
+  cudaGraph_t* bodies{nullptr};
+};
+Conditional add_conditional(cudaGraph_t graph, cudaGraphNode_t after, cudaGraphConditionalHandle handle,
+                            cudaGraphConditionalNodeType type, unsigned size) {
+  cudaGraphNodeParams params{};
+  params.type = cudaGraphNodeTypeConditional;
+  params.conditional.handle = handle;
+  params.conditional.type = type;
+  params.conditional.size = size;
+  Conditional c;
+  SPG_CUDA_TRY(cudaGraphAddNode(&c.node, graph, &after, nullptr, 1, &params));
+  c.bodies = params.conditional.phGraph_out;
+  return c;
+}
+
 std::size_t nodes_of(cudaGraph_t g) {
   std::size_t n = 0;
   SPG_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &n));
@@ -230,8 +249,8 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
 
   kernels::StepConditionals cond;
   cond.set = true;
-  // Both handles belong to the top graph: a handle may drive a conditional node in its graph or
-  // in any graph below it, and next (in the loop body) sets both.
+  // Every handle belongs to the top graph: a handle may drive a conditional node in its graph or
+  // in any graph below it, and head and the loops' next kernels set them.
   SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.fast_loop, top, 0, 0));
   SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.loop, top, 0, 0));
   SPG_CUDA_TRY(cudaGraphConditionalHandleCreate(&cond.select, top, 0, 0));
@@ -240,42 +259,25 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
 
   // The first loop: the leading chunks the host put on the largest bucket, no SWITCH (a SWITCH
   // costs a chunk about 5 us of GPU time: docs/benchmarks.md, the loop probe).
-  cudaGraphNodeParams fast{};
-  fast.type = cudaGraphNodeTypeConditional;
-  fast.conditional.handle = cond.fast_loop;
-  fast.conditional.type = cudaGraphCondTypeWhile;
-  fast.conditional.size = 1;
-  cudaGraphNode_t fast_node = nullptr;
-  SPG_CUDA_TRY(cudaGraphAddNode(&fast_node, top, &head, nullptr, 1, &fast));
-  out.fast_loop_body = fast.conditional.phGraph_out[0];
+  const Conditional fast = add_conditional(top, head, cond.fast_loop, cudaGraphCondTypeWhile, 1);
+  out.fast_loop_body = fast.bodies[0];
   capture_into(out.fast_loop_body, stream, [&] { return kernels::StepLoop::run_next_fast(args, cond, stream); });
   const cudaGraphNode_t next_fast = only_node(out.fast_loop_body);
   const Pipeline* largest = bodies.back();
   capture_into(out.fast_loop_body, stream, [&] { return largest->record_layers(stream); }, &next_fast);
 
-  cudaGraphNodeParams loop{};
-  loop.type = cudaGraphNodeTypeConditional;
-  loop.conditional.handle = cond.loop;
-  loop.conditional.type = cudaGraphCondTypeWhile;
-  loop.conditional.size = 1;
-  cudaGraphNode_t loop_node = nullptr;
-  SPG_CUDA_TRY(cudaGraphAddNode(&loop_node, top, &fast_node, nullptr, 1, &loop));
-  out.loop_body = loop.conditional.phGraph_out[0];
+  const Conditional loop = add_conditional(top, fast.node, cond.loop, cudaGraphCondTypeWhile, 1);
+  out.loop_body = loop.bodies[0];
 
   capture_into(out.loop_body, stream, [&] { return kernels::StepLoop::run_next(args, cond, stream); });
   const cudaGraphNode_t next = only_node(out.loop_body);
 
-  cudaGraphNodeParams select{};
-  select.type = cudaGraphNodeTypeConditional;
-  select.conditional.handle = cond.select;
-  select.conditional.type = cudaGraphCondTypeSwitch;
-  select.conditional.size = static_cast<unsigned>(bodies.size());
-  cudaGraphNode_t select_node = nullptr;
-  SPG_CUDA_TRY(cudaGraphAddNode(&select_node, out.loop_body, &next, nullptr, 1, &select));
+  const Conditional select =
+      add_conditional(out.loop_body, next, cond.select, cudaGraphCondTypeSwitch, static_cast<unsigned>(bodies.size()));
   // tail, after the loop: releases the staging block once the whole step has run.
-  capture_into(top, stream, [&] { return kernels::StepLoop::run_tail(args, stream); }, &loop_node);
+  capture_into(top, stream, [&] { return kernels::StepLoop::run_tail(args, stream); }, &loop.node);
   for (std::size_t b = 0; b < bodies.size(); ++b) {
-    cudaGraph_t body = select.conditional.phGraph_out[b];
+    cudaGraph_t body = select.bodies[b];
     out.bucket_bodies.push_back(body);
     const Pipeline* p = bodies[b];
     capture_into(body, stream, [&] { return p->record_layers(stream); });
