@@ -19,7 +19,9 @@ and as lists; the ChunkPlan call split up (the extension's method called directl
 stream and on the executor's own stream); and the C++ part of the same call (time_host_phases:
 staging, launch, record; staging excludes the wait for a staging block, as the call time does).
 The -idle-device variants synchronize before each call (outside the timing): the call onto an idle
-device, against the others' calls queued behind the device's work.
+device, against the others' calls queued behind the device's work. The call floors time the
+pieces of a call alone: the torch layer's stream query, one call into the extension, an empty
+Python call.
 With --one-launch also Executor.run_step: the same programs with the step options (64 requests,
 --budget tokens), host time per run_step from Python over serve_loop's scheduler steps (the
 scheduler capping a step at 16 chunks), the step as a StepPlan and as NumPy arrays, and the chunks
@@ -445,6 +447,26 @@ def as_lists(cp: Any, ratios: List[int]) -> spgraph.Chunk:
                          {r: cp.block_tables(r) for r in ratios})
 
 
+def call_floors(name: str, ex: Any, summary: List[tuple], n: int = 2000) -> None:
+    """What the pieces of an Executor.run call cost on their own, p50 us: the torch layer's stream
+    query, one call into the extension (a property read) and an empty Python call."""
+    from spgraph.torch import _raw_stream
+
+    device = ex.device
+    clock = time.perf_counter_ns
+    floors = {}
+    for label, fn in (("raw-stream-query", lambda: _raw_stream(device)), ("extension-property", lambda: ex.host_waits),
+                      ("python-call", lambda: None)):
+        v = []
+        for _ in range(n):
+            t0 = clock()
+            fn()
+            v.append((clock() - t0) / 1000.0)
+        floors[label] = pct(v, 0.5)
+        record("executor", f"python-run/{name}", label, "host_us_p50", floors[label])
+    summary.append(("executor", f"{name} call floors", None, floors))
+
+
 def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: List[tuple]) -> None:
     ratios = sorted({l.compress_ratio for l in config.layers if l.compress_ratio > 1})
     chunks = schedule(config, n)
@@ -461,15 +483,20 @@ def bench_executor(name: str, config: spgraph.PipelineConfig, n: int, summary: L
         # the call's own cost, with no launch queued behind a running one
         "chunkplan-idle-device": chunks,
         # the same without slot lists (the device derives the insert slots): the form whose
-        # staging copies no per-token list
+        # staging copies no per-token list; and that call through the extension's method on the
+        # executor's own stream (no torch stream query, no event record after the launch)
         "chunkplan-derived-slots-idle-device": chunks,
+        "chunkplan-derived-slots-extension-own-stream-idle-device": chunks,
     }
     stream = torch.cuda.Stream()
     for phases in (False, True):
         ex = sgt.Executor(config, buffers=engine_buffers(config), time_host_phases=phases)
         ex.warmup()
         raw_run = _C.Executor.run
-        handles = {"chunkplan-extension": stream.cuda_stream, "chunkplan-extension-own-stream": ex.stream}
+        handles = {"chunkplan-extension": stream.cuda_stream, "chunkplan-extension-own-stream": ex.stream,
+                   "chunkplan-derived-slots-extension-own-stream-idle-device": ex.stream}
+        if not phases:
+            call_floors(name, ex, summary)
         for variant, items in inputs.items():
             if phases and variant not in ("chunkplan", "chunkplan-idle-device", "chunkplan-derived-slots-idle-device"):
                 continue
