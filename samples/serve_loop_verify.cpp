@@ -211,13 +211,14 @@ unsigned fault_total(const ref::FaultLog& log) {
   return static_cast<unsigned>(log.counts[0] + log.counts[1] + log.counts[2] + log.counts[3] + log.counts[4]);
 }
 
-/// Placement::step_chunk of what a step's cache check covers: the whole step.
+/// Placement::step_chunk of a chunk run alone, and of what a step's cache check covers: the whole step.
+constexpr int kChunkAlone = -1;
 constexpr int kWholeStep = -2;
 
 /// "chunk N" (a chunk run alone, N the front's counter), "step N chunk c" (a step's chunk c) or
 /// "step N" (the whole step).
 void print_where(std::uint64_t front_step, int step_chunk) {
-  if (step_chunk == -1) {
+  if (step_chunk == kChunkAlone) {
     std::fprintf(stderr, "verify: chunk %llu", static_cast<unsigned long long>(front_step));
   } else if (step_chunk == kWholeStep) {
     std::fprintf(stderr, "verify: step %llu", static_cast<unsigned long long>(front_step));
@@ -358,7 +359,7 @@ bool Verifier::verify_layer(const scheduler::ChunkPlan& plan, std::size_t l, int
 void Verifier::after(const scheduler::ChunkPlan& plan, int bucket, std::uint64_t step) {
   ex_.synchronize();
   const std::vector<int> tokens = sample_tokens(plan.num_tokens);
-  const Placement at{step, -1, {}, 0};
+  const Placement at{step, kChunkAlone, {}, 0};
   bool ok = true;
   for (std::size_t l = 0; l < ex_.config().layers.size(); ++l) {
     ok = verify_layer(plan, l, bucket, tokens, at) && ok;

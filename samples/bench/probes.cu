@@ -578,15 +578,9 @@ struct Chain {
     last = n;
   }
   std::vector<cudaGraph_t> conditional(cudaGraphConditionalHandle h, cudaGraphConditionalNodeType type, unsigned size) {
-    cudaGraphNodeParams cp{};
-    cp.type = cudaGraphNodeTypeConditional;
-    cp.conditional.handle = h;
-    cp.conditional.type = type;
-    cp.conditional.size = size;
-    cudaGraphNode_t n = nullptr;
-    SPG_CUDA_TRY(cudaGraphAddNode(&n, graph, last != nullptr ? &last : nullptr, nullptr, last != nullptr ? 1 : 0, &cp));
-    last = n;
-    return {cp.conditional.phGraph_out, cp.conditional.phGraph_out + size};
+    const graphs::ConditionalNode n = graphs::add_conditional_node(graph, last != nullptr ? &last : nullptr, h, type, size);
+    last = n.node;
+    return {n.bodies, n.bodies + size};
   }
   void body(const LoopBuffers& b) {
     unsigned long long* hits = b.hits;
@@ -745,8 +739,6 @@ LoopTimes time_loop(const std::function<cudaError_t()>& launch, Loop v, int chun
   return out;
 }
 
-/// Each loop structure for 1, 4 and 16 chunks of K-kernel bodies (the table under "Loop
-/// structures" in docs/benchmarks.md): GPU time per step idle and steady, and host launch time.
 /// One table of the loop probe: the bodies' kernels and the variants timed.
 struct LoopCase {
   int kernels{6};
@@ -757,6 +749,9 @@ struct LoopCase {
   bool all{true};    ///< every variant; else while-switch, while-body, flat-plain and eager
 };
 
+/// Each loop structure for 1, 4 and 16 chunks of the case's bodies (the table under "Which loop
+/// structure costs least per chunk" in docs/benchmarks.md): GPU time per step idle and steady,
+/// and host launch time.
 void run_loop_structures(Reporter& rep, cudaStream_t stream, const LoopCase& lc) {
   const int kernels = lc.kernels;
   const bool pdl = lc.pdl;

@@ -342,8 +342,8 @@ TEST_CASE("a step's chunks are staged with their rows: token and compressed-row 
   for (int i = 0; i < graphs::kNumRatios; ++i) CHECK((sc[i].token_offset == 0 && sc[i].new_row_offset == 0));
 }
 
-TEST_CASE("only a step's leading full chunks go on the largest bucket; a later full chunk and a one-chunk step keep "
-          "their own", "[cpu][step]") {
+TEST_CASE("the header puts only a step's leading full chunks on the largest bucket; a later full chunk keeps its own, "
+          "and buckets() are every chunk's own", "[cpu][step]") {
   model::PipelineConfig c = test::two_layer_config();
   const int R = c.max_requests;
   const int T = c.max_tokens;
@@ -373,22 +373,17 @@ TEST_CASE("only a step's leading full chunks go on the largest bucket; a later f
   const graphs::StepCheck checked = stager.check(graphs::StepInput{requests}, kMask);
   REQUIRE(checked.status == graphs::RunStatus::ok);
   REQUIRE(checked.chunks == 3);
-  CHECK(stager.fast_chunks() == 1);
   REQUIRE(stager.buckets().size() == 3);
-  CHECK(stager.buckets()[0] == stager.fast_bucket());   // (1, T) on (R, T)
-  CHECK(stager.buckets()[1] == buckets.lookup(R, R));  // not full: its own, in the SWITCH loop
-  CHECK(stager.buckets()[2] == buckets.lookup(1, T));  // full, but after a chunk that is not
+  CHECK(stager.buckets()[0] == buckets.lookup(1, T));  // each chunk's own (a step of one chunk runs at it)
+  CHECK(stager.buckets()[1] == buckets.lookup(R, R));
+  CHECK(stager.buckets()[2] == buckets.lookup(1, T));
   std::vector<std::int32_t> block(layout.words(), 0x7F7F7F7F);
   stager.write(kMask, block.data());
   CHECK(block[kernels::StepStateWords::count] == 3);
   CHECK(block[kernels::StepStateWords::fast] == 1);
-  CHECK(block[kernels::StepStateWords::buckets + 0] == stager.fast_bucket());
-  CHECK(block[kernels::StepStateWords::buckets + 2] == buckets.lookup(1, T));
-  // A step of one full chunk launches as that chunk, at its own bucket.
-  const std::vector<graphs::RequestInput> one(requests.begin(), requests.begin() + 1);
-  REQUIRE(stager.check(graphs::StepInput{one}, kMask).chunks == 1);
-  CHECK(stager.fast_chunks() == 0);
-  CHECK(stager.buckets()[0] == buckets.lookup(1, T));
+  CHECK(block[kernels::StepStateWords::buckets + 0] == stager.fast_bucket());   // (1, T) on (R, T)
+  CHECK(block[kernels::StepStateWords::buckets + 1] == buckets.lookup(R, R));  // not full: the SWITCH loop
+  CHECK(block[kernels::StepStateWords::buckets + 2] == buckets.lookup(1, T));  // full, but after one that is not
 }
 
 TEST_CASE("the step stager checks every chunk, then writes the header and each chunk's block on its rows",
@@ -439,7 +434,6 @@ TEST_CASE("the step stager checks every chunk, then writes the header and each c
   }
   REQUIRE(fast >= 1);  // the step's first chunk is full: the case below covers both loops
   REQUIRE(fast < checked.chunks);
-  CHECK(stager.fast_chunks() == fast);
   CHECK(block[kernels::StepStateWords::fast] == fast);
   for (int k = 0; k < checked.chunks; ++k) {
     INFO("chunk " << k);
@@ -447,9 +441,9 @@ TEST_CASE("the step stager checks every chunk, then writes the header and each c
     const graphs::ChunkInput chunk = splitter.chunk(k);
     const graphs::ChunkCheck ck = alone.check(chunk, kMask);
     REQUIRE(ck.status == graphs::RunStatus::ok);
-    const int bucket = k < fast ? stager.fast_bucket() : buckets.lookup(ck.requests, ck.tokens);
-    CHECK(stager.buckets()[static_cast<std::size_t>(k)] == bucket);
-    CHECK(block[static_cast<std::size_t>(kernels::StepStateWords::buckets + k)] == bucket);
+    const int own = buckets.lookup(ck.requests, ck.tokens);
+    CHECK(stager.buckets()[static_cast<std::size_t>(k)] == own);
+    CHECK(block[static_cast<std::size_t>(kernels::StepStateWords::buckets + k)] == (k < fast ? stager.fast_bucket() : own));
     alone.write(chunk, ck, kMask, expected.data(), rows);
     rows = rows.next(ck);
     const std::int32_t* got = block.data() + layout.chunk_offset(k);

@@ -594,9 +594,12 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
   stager_->write(mask, step_staging_[s]);
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
   const std::vector<const Pipeline*>& bodies = bodies_[static_cast<std::size_t>(program)];
+  // Eager, the bodies the header names, as the step graph runs them (its first loop's included).
+  const std::span<const int> header_buckets(step_staging_[s] + kernels::StepStateWords::buckets,
+                                            static_cast<std::size_t>(checked.chunks));
   submit(2 + s, stream, result, [&] {
     return graph ? step_execs_[static_cast<std::size_t>(program)][static_cast<std::size_t>(s)].launch(stream)
-                 : record_step_eager(step_loop_args(s), bodies, stager_->buckets(), stream);
+                 : record_step_eager(step_loop_args(s), bodies, header_buckets, stream);
   });
   // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
   if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;

@@ -83,4 +83,17 @@ Graph CaptureGuard::finish() {
   return Graph(g);
 }
 
+ConditionalNode add_conditional_node(cudaGraph_t graph, const cudaGraphNode_t* after, cudaGraphConditionalHandle handle,
+                                     cudaGraphConditionalNodeType type, unsigned size) {
+  cudaGraphNodeParams params{};
+  params.type = cudaGraphNodeTypeConditional;
+  params.conditional.handle = handle;
+  params.conditional.type = type;
+  params.conditional.size = size;
+  ConditionalNode c;
+  SPG_CUDA_TRY(cudaGraphAddNode(&c.node, graph, after, nullptr, after != nullptr ? 1 : 0, &params));
+  c.bodies = params.conditional.phGraph_out;
+  return c;
+}
+
 }  // namespace spg::graphs

@@ -52,6 +52,18 @@ class GraphExec {
   cudaGraphExec_t handle_{nullptr};
 };
 
+/// @brief A conditional node added to a graph, and its body graphs (owned by the node).
+struct ConditionalNode {
+  cudaGraphNode_t node{nullptr};
+  cudaGraph_t* bodies{nullptr};  ///< `size` of them (one for IF / WHILE, one per branch for SWITCH)
+};
+
+/// Adds a conditional node of `type` over `handle` (created on `graph` or a graph above it) to
+/// `graph`, after `after` (first in the graph when null). @throws CudaError.
+[[nodiscard]] ConditionalNode add_conditional_node(cudaGraph_t graph, const cudaGraphNode_t* after,
+                                                   cudaGraphConditionalHandle handle,
+                                                   cudaGraphConditionalNodeType type, unsigned size);
+
 /// @brief Begins a thread-local capture on a stream and ends it on every exit path.
 ///
 /// `finish()` ends the capture and returns the graph; if the guard is destroyed first (an

@@ -42,25 +42,6 @@ cudaGraphNode_t only_node(cudaGraph_t graph) {
   return node;
 }
 
-/// A conditional node of `type` over `handle`, added to `graph` after `after`, and its body
-/// graphs (`size` of them, owned by the node).
-struct Conditional {
-  cudaGraphNode_t node{nullptr};
-  cudaGraph_t* bodies{nullptr};
-};
-Conditional add_conditional(cudaGraph_t graph, cudaGraphNode_t after, cudaGraphConditionalHandle handle,
-                            cudaGraphConditionalNodeType type, unsigned size) {
-  cudaGraphNodeParams params{};
-  params.type = cudaGraphNodeTypeConditional;
-  params.conditional.handle = handle;
-  params.conditional.type = type;
-  params.conditional.size = size;
-  Conditional c;
-  SPG_CUDA_TRY(cudaGraphAddNode(&c.node, graph, &after, nullptr, 1, &params));
-  c.bodies = params.conditional.phGraph_out;
-  return c;
-}
-
 std::size_t nodes_of(cudaGraph_t g) {
   std::size_t n = 0;
   SPG_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &n));
@@ -167,7 +148,6 @@ StepStager::StepStager(const model::PipelineConfig& config, const StepLayout& la
 StepCheck StepStager::check(const StepInput& step, int ratio_mask) noexcept {
   StepCheck out;
   chunks_ = 0;
-  fast_chunks_ = 0;
   const StepSplit split = splitter_.split(step);
   if (split.status != RunStatus::ok) {
     out.status = split.status;
@@ -199,29 +179,29 @@ StepCheck StepStager::check(const StepInput& step, int ratio_mask) noexcept {
     buckets_[static_cast<std::size_t>(c)] = bucket;
   }
   chunks_ = split.chunks;
-  // The leading full chunks (their bucket's T the largest) run on the largest bucket, in the loop
-  // without the SWITCH; the first chunk that is not full ends that run (chunks keep their order:
-  // a request's later piece reads the cache rows its earlier one inserts). A step of one chunk
-  // keeps its own bucket: it launches as a chunk, without the loops.
-  const int t_max = bucket_set_.t_buckets().back();
-  fast_chunks_ = 0;
-  while (chunks_ > 1 && fast_chunks_ < chunks_ &&
-         bucket_set_.t_of(buckets_[static_cast<std::size_t>(fast_chunks_)]) == t_max) {
-    buckets_[static_cast<std::size_t>(fast_chunks_++)] = fast_bucket();
-  }
   return out;
 }
 
 void StepStager::write(int ratio_mask, std::int32_t* block) const noexcept {
   ChunkRows rows;  // chunk c's rows follow chunk c - 1's in the step's buffers
+  // The leading full chunks (their bucket's T the largest) run on the largest bucket, in the step
+  // graph's first loop; the first chunk that is not full ends that run (chunks keep their order:
+  // a request's later piece reads the cache rows its earlier one inserts).
+  const int t_max = bucket_set_.t_buckets().back();
+  int fast = 0;
   for (int c = 0; c < chunks_; ++c) {
     const ChunkCheck& checked = checks_[static_cast<std::size_t>(c)];
     encoder_.write(splitter_.chunk(c), checked, ratio_mask, block + layout_.chunk_offset(c), rows);
     rows = rows.next(checked);
-    block[kernels::StepStateWords::buckets + c] = buckets_[static_cast<std::size_t>(c)];
+    int bucket = buckets_[static_cast<std::size_t>(c)];
+    if (fast == c && bucket_set_.t_of(bucket) == t_max) {
+      bucket = fast_bucket();
+      ++fast;
+    }
+    block[kernels::StepStateWords::buckets + c] = bucket;
   }
   block[kernels::StepStateWords::count] = chunks_;
-  block[kernels::StepStateWords::fast] = fast_chunks_;
+  block[kernels::StepStateWords::fast] = fast;
 }
 
 std::size_t StepGraph::node_count() const {
@@ -259,21 +239,21 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
 
   // The first loop: the leading chunks the host put on the largest bucket, no SWITCH (a SWITCH
   // costs a chunk about 5 us of GPU time: docs/benchmarks.md, the loop probe).
-  const Conditional fast = add_conditional(top, head, cond.fast_loop, cudaGraphCondTypeWhile, 1);
+  const ConditionalNode fast = add_conditional_node(top, &head, cond.fast_loop, cudaGraphCondTypeWhile, 1);
   out.fast_loop_body = fast.bodies[0];
   capture_into(out.fast_loop_body, stream, [&] { return kernels::StepLoop::run_next_fast(args, cond, stream); });
   const cudaGraphNode_t next_fast = only_node(out.fast_loop_body);
   const Pipeline* largest = bodies.back();
   capture_into(out.fast_loop_body, stream, [&] { return largest->record_layers(stream); }, &next_fast);
 
-  const Conditional loop = add_conditional(top, fast.node, cond.loop, cudaGraphCondTypeWhile, 1);
+  const ConditionalNode loop = add_conditional_node(top, &fast.node, cond.loop, cudaGraphCondTypeWhile, 1);
   out.loop_body = loop.bodies[0];
 
   capture_into(out.loop_body, stream, [&] { return kernels::StepLoop::run_next(args, cond, stream); });
   const cudaGraphNode_t next = only_node(out.loop_body);
 
-  const Conditional select =
-      add_conditional(out.loop_body, next, cond.select, cudaGraphCondTypeSwitch, static_cast<unsigned>(bodies.size()));
+  const ConditionalNode select = add_conditional_node(out.loop_body, &next, cond.select, cudaGraphCondTypeSwitch,
+                                                      static_cast<unsigned>(bodies.size()));
   // tail, after the loop: releases the staging block once the whole step has run.
   capture_into(top, stream, [&] { return kernels::StepLoop::run_tail(args, stream); }, &loop.node);
   for (std::size_t b = 0; b < bodies.size(); ++b) {

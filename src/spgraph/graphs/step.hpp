@@ -120,10 +120,11 @@ struct StepCheck {
 ///        scratch is sized at construction), no exception; not for use by two threads at once.
 ///        Holds `buckets` and `encoder` by reference: both must outlive it.
 ///
-/// The leading chunks whose bucket has the largest T (full chunks, whatever their request count)
-/// are put on the largest bucket, fast_bucket(): the step graph runs them in a loop without the
-/// SWITCH (build_step_graph). The body of a larger bucket writes what the chunk's own would (the
-/// kernels read every length from the metadata; the bucket sizes only their grids).
+/// In the header write() puts the leading chunks whose bucket has the largest T (full chunks,
+/// whatever their request count) on the largest bucket, fast_bucket(): the step graph runs them
+/// in a loop without the SWITCH (build_step_graph). The body of a larger bucket writes what the
+/// chunk's own would (the kernels read every length from the metadata; the bucket sizes only
+/// their grids).
 class StepStager {
  public:
   StepStager(const model::PipelineConfig& config, const StepLayout& layout, const BucketSet& buckets,
@@ -137,9 +138,8 @@ class StepStager {
   void write(int ratio_mask, std::int32_t* block) const noexcept;
   /// The largest bucket, which the leading full chunks of a step run on.
   [[nodiscard]] int fast_bucket() const noexcept { return bucket_set_.size() - 1; }
-  /// How many leading chunks of the last accepted step run on fast_bucket() in the first loop.
-  [[nodiscard]] int fast_chunks() const noexcept { return fast_chunks_; }
-  /// The buckets of the last accepted step's chunks, in order (fast_bucket() for the leading ones).
+  /// The buckets of the last accepted step's chunks, in order: each chunk's own (the header
+  /// write() fills names the bodies the step runs, fast_bucket() for the leading full ones).
   [[nodiscard]] std::span<const int> buckets() const noexcept {
     return {buckets_.data(), static_cast<std::size_t>(chunks_)};
   }
@@ -155,7 +155,6 @@ class StepStager {
   std::vector<ChunkCheck> checks_;
   std::vector<int> buckets_;
   int chunks_{0};
-  int fast_chunks_{0};
 };
 
 /// @brief A captured step graph and its bodies (owned by the graph), for inspection and counting.
