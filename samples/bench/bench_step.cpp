@@ -143,6 +143,72 @@ void time_runs(graphs::Executor& ex, const Input& in, const std::string& name, c
   }
 }
 
+/// The real chunk graph taken apart by kernel: for each distinct kernel of `graph`, a chain of as
+/// many copies of one of its nodes as `graph` has kernel nodes (same launch parameters and node
+/// attributes), launched onto an idle device after a synchronization and right after another
+/// launch of itself. A host on which the real graph's launch costs several times the empty-kernel
+/// probes' names here the kernel that carries the cost (issue 18).
+void probe_real_kernels(const graphs::Graph& graph, cudaStream_t stream, const std::string& program, Reporter& rep) {
+  std::size_t n = 0;
+  SPG_CUDA_TRY(cudaGraphGetNodes(graph.get(), nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  SPG_CUDA_TRY(cudaGraphGetNodes(graph.get(), nodes.data(), &n));
+  std::vector<cudaGraphNode_t> firsts;  // the first node of each kernel
+  std::map<void*, int> uses;
+  int kernel_nodes = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    SPG_CUDA_TRY(cudaGraphNodeGetType(node, &type));
+    if (type != cudaGraphNodeTypeKernel) continue;
+    cudaKernelNodeParams kp{};
+    SPG_CUDA_TRY(cudaGraphKernelNodeGetParams(node, &kp));
+    ++kernel_nodes;
+    if (uses[kp.func]++ == 0) firsts.push_back(node);
+  }
+  for (cudaGraphNode_t src : firsts) {
+    cudaKernelNodeParams kp{};
+    SPG_CUDA_TRY(cudaGraphKernelNodeGetParams(src, &kp));
+    const char* name = nullptr;
+    if (cudaFuncGetName(&name, kp.func) != cudaSuccess || name == nullptr) name = "?";
+    cudaGraph_t raw = nullptr;
+    SPG_CUDA_TRY(cudaGraphCreate(&raw, 0));
+    const graphs::Graph chain(raw);
+    cudaGraphNode_t prev = nullptr;
+    for (int i = 0; i < kernel_nodes; ++i) {
+      cudaGraphNode_t node = nullptr;
+      SPG_CUDA_TRY(cudaGraphAddKernelNode(&node, raw, prev != nullptr ? &prev : nullptr, prev != nullptr ? 1 : 0, &kp));
+      SPG_CUDA_TRY(cudaGraphKernelNodeCopyAttributes(node, src));
+      prev = node;
+    }
+    const graphs::GraphExec exec = graphs::GraphExec::instantiate(chain, stream);
+    std::vector<double> idle;
+    std::vector<double> after;
+    for (int i = 0; i < 30; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      SPG_CUDA_TRY(exec.launch(stream));
+      const auto t1 = std::chrono::steady_clock::now();
+      SPG_CUDA_TRY(exec.launch(stream));
+      const auto t2 = std::chrono::steady_clock::now();
+      SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+      if (i >= 5) {
+        idle.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        after.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+      }
+    }
+    std::string short_name(name);
+    if (short_name.size() > 60) short_name = short_name.substr(0, 60);
+    const std::string row = "launch-probe/real-kernel/" + program + "/" + short_name;
+    rep.add({"executor", row, "graph", "nodes", static_cast<double>(kernel_nodes)});
+    rep.add({"executor", row, "graph", "uses_in_graph", static_cast<double>(uses[kp.func])});
+    rep.add({"executor", row, "graph", "host_launch_us_idle", median(idle)});
+    rep.add({"executor", row, "graph", "host_launch_us_after_launch", median(after)});
+    std::printf("  launch-probe real kernel x%d (%d in the graph, grid %u, %u threads, %zu B shared) %s: cudaGraphLaunch idle "
+                "%.2f us, right after a launch %.2f us\n",
+                kernel_nodes, uses[kp.func], kp.gridDim.x * kp.gridDim.y * kp.gridDim.z, kp.blockDim.x * kp.blockDim.y * kp.blockDim.z,
+                static_cast<std::size_t>(kp.sharedMemBytes), short_name.c_str(), median(idle), median(after));
+  }
+}
+
 }  // namespace
 
 void run_step_benchmarks(Reporter& rep) {
@@ -179,6 +245,7 @@ void run_step_benchmarks(Reporter& rep) {
       require(ex.run(in));  // both staging blocks hold a valid one-chunk step for the direct launches
       require(ex.run(in));
       ex.synchronize();
+      probe_real_kernels(chunk_graph, ex.stream(), program, rep);  // on the chunk just staged
       // The real graphs launched directly (no executor host path): one exec relaunched while its
       // last launch is queued, against two alternating, idle and busy.
       // A graph with conditional nodes instantiates once: each step exec from its own recording.
