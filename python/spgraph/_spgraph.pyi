@@ -245,6 +245,9 @@ class Executor:
     def steps(self) -> int:
         """Steps launched so far."""
     @property
+    def flat_steps(self) -> int:
+        """Steps launched as a flat step graph (the option flat_step_chunks)."""
+    @property
     def host_waits(self) -> int:
         """Launches that waited for the device to release a staging block."""
 

@@ -158,7 +158,9 @@ class Executor(_C.Executor):
             ``max_step_requests`` and ``max_step_tokens`` (the largest step :meth:`run_step`
             takes, in [1, 4096] and [1, 2**20]; both 0, the default: no steps). With steps the
             row-indexed buffers hold max(T, S) rows (S = max_step_tokens; compressed_k_rows
-            max(T // r + R, S // r + Q)), bound ones included: a smaller binding is refused.
+            max(T // r + R, S // r + Q)), bound ones included: a smaller binding is refused;
+            ``flat_step_chunks`` (0, the default, or in [2, max_step_chunks]: steps of that many
+            chunks or fewer whose chunks are all full launch one plain graph, no conditional node).
 
     Raises:
         TypeError, ValueError: a bad config, option or binding, with the C++ message naming the

@@ -121,8 +121,8 @@ std::vector<int> int_list(nb::handle v, const std::string& what) {
   return out;
 }
 
-const char* const kOptions[] = {"r_buckets",        "t_buckets", "programs",          "insert",         "capture",
-                                "time_host_phases", "device",    "max_step_requests", "max_step_tokens"};
+const char* const kOptions[] = {"r_buckets", "t_buckets",         "programs",        "insert",          "capture",
+                                "time_host_phases", "device", "max_step_requests", "max_step_tokens", "flat_step_chunks"};
 
 /// ExecutorOptions from the keyword options of spgraph.Executor (a dict); `device` set when given.
 graphs::ExecutorOptions executor_options(nb::handle options, int& device) {
@@ -151,6 +151,8 @@ graphs::ExecutorOptions executor_options(nb::handle options, int& device) {
       o.max_step_requests = int_value(value, k, -2147483648LL, 2147483647LL);  // bounds: check_options
     } else if (k == "max_step_tokens") {
       o.max_step_tokens = int_value(value, k, -2147483648LL, 2147483647LL);
+    } else if (k == "flat_step_chunks") {
+      o.flat_step_chunks = int_value(value, k, -2147483648LL, 2147483647LL);
     } else if (k == "device") {
       if (!value.is_none()) device = int_value(value, k, 0, 1 << 16);
     } else {
@@ -230,6 +232,7 @@ class Executor {
     d["graphs"] = w.graphs;
     d["step_graphs"] = w.step_graphs;
     d["one_chunk_step_graphs"] = w.one_chunk_step_graphs;
+    d["flat_step_graphs"] = w.flat_step_graphs;
     d["buckets"] = w.buckets;
     d["programs"] = w.programs;
     d["eager_ms"] = w.eager_ms;
@@ -558,6 +561,8 @@ void bind_executor(nb::module_& m) {
       .def("program_layers", [](const Executor& ex, int p) { return ex.ex().program_layers(p); }, "program"_a,
            "The layers of program p.")
       .def_prop_ro("steps", [](const Executor& ex) { return ex.ex().steps(); }, "Steps launched so far.")
+      .def_prop_ro("flat_steps", [](const Executor& ex) { return ex.ex().flat_steps(); },
+                   "Steps launched as a flat step graph (the option flat_step_chunks).")
       .def_prop_ro("host_waits", [](const Executor& ex) { return ex.ex().host_waits(); },
                    "Launches that waited for the device to release a staging block.");
 

@@ -209,6 +209,72 @@ void probe_real_kernels(const graphs::Graph& graph, cudaStream_t stream, const s
   }
 }
 
+/// All-full steps through flat step graphs (ExecutorOptions::flat_step_chunks = kMaxChunks): an
+/// executor of its own, then per step size the host time of run() (idle device) and the GPU time
+/// of the step against its chunks run one by one. Rows step-flat/<program>/<k> chunks.
+void time_flat_steps(const model::PipelineConfig& config, graphs::ExecutorOptions opt, const std::string& program,
+                     Reporter& rep) {
+  opt.flat_step_chunks = kMaxChunks;
+  graphs::Executor ex(config, opt);
+  const graphs::WarmupReport w = ex.warmup();
+  fill_inputs(ex);
+  std::printf("  flat steps, %s program: %d flat step graphs (2 .. %d chunks), capture %.0f ms and %.1f MiB of graphs "
+              "(all graphs)\n",
+              program.c_str(), w.flat_step_graphs, kMaxChunks, w.capture_ms,
+              static_cast<double>(w.graph_device_bytes) / (1 << 20));
+  rep.add({"executor", "step-flat/" + program + "/warmup", "spgraph-step", "flat_step_graphs",
+           static_cast<double>(w.flat_step_graphs)});
+  rep.add({"executor", "step-flat/" + program + "/warmup", "spgraph-step", "capture_ms", w.capture_ms});
+  rep.add({"executor", "step-flat/" + program + "/warmup", "spgraph-step", "graph_device_bytes",
+           static_cast<double>(w.graph_device_bytes)});
+  graphs::StepSplitter splitter(config, ex.step_layout());
+  core::Event a;
+  core::Event b;
+  for (const int chunks : {4, 16}) {
+    BenchStep step;
+    make_step(config, chunks, step);
+    const graphs::StepInput in{step.requests};
+    const std::uint64_t flat_before = ex.flat_steps();
+    std::vector<double> host;
+    std::vector<double> launch;
+    std::vector<double> staging;
+    for (int i = 0; i < kReps + 10; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const graphs::RunResult r = ex.run(in);
+      const auto t1 = std::chrono::steady_clock::now();
+      require(r);
+      ex.synchronize();
+      if (i < 10) continue;
+      host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() - r.waited_us);
+      launch.push_back(r.phases.launch_us);
+      staging.push_back(r.phases.staging_us);
+    }
+    SPG_EXPECTS_AS(StateError, ex.flat_steps() == flat_before + kReps + 10,
+                   "bench: an all-full step of " << chunks << " chunks did not launch its flat step graph");
+    std::vector<double> step_gpu;
+    std::vector<double> chunks_gpu;
+    for (int i = 0; i < 21; ++i) {
+      step_gpu.push_back(gpu_us(ex, a, b, [&] { require(ex.run(in)); }));
+      const int k = splitter.split(in).chunks;
+      double sum = 0;
+      for (int c = 0; c < k; ++c) sum += gpu_us(ex, a, b, [&] { require(ex.run(splitter.chunk(c))); });
+      chunks_gpu.push_back(sum);
+    }
+    const std::string name = "step-flat/" + program + "/" + std::to_string(chunks) + " chunks";
+    auto add = [&](const char* metric, double v) { rep.add({"executor", name, "spgraph-step", metric, v}); };
+    add("host_us", median(host));
+    add("host_launch_us", median(launch));
+    add("host_staging_us", median(staging));
+    add("gpu_us", median(step_gpu));
+    add("gpu_us_chunks_one_by_one", median(chunks_gpu));
+    std::printf("  %-28s host %.2f us (staging %.2f, cudaGraphLaunch %.2f); GPU %.1f us vs %.1f us one by one "
+                "(%+.1f%%)\n",
+                name.c_str(), median(host), median(staging), median(launch), median(step_gpu), median(chunks_gpu),
+                100.0 * (median(step_gpu) / median(chunks_gpu) - 1.0));
+  }
+  SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the flat steps faulted");
+}
+
 }  // namespace
 
 void run_step_benchmarks(Reporter& rep) {
@@ -357,6 +423,7 @@ void run_step_benchmarks(Reporter& rep) {
                   100.0 * (median(step_gpu) / median(chunks_gpu) - 1.0), median(eager_gpu));
     }
     SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the step benchmark's steps faulted");
+    time_flat_steps(config, opt, program, rep);
   }
 }
 

@@ -203,6 +203,22 @@ TEST_CASE("step options are validated, naming the field and its bounds", "[cpu][
   CHECK(contains(refusal(c, step_options(-1, 16)), "[1, 4096]"));
   CHECK(contains(refusal(c, step_options(5000, 16)), "max_step_requests = 5000"));
   CHECK(contains(refusal(c, step_options(4, (1 << 20) + 1)), "max_step_tokens = 1048577"));
+  // Flat step graphs: only with steps, and 0 or [2, max_chunks].
+  graphs::ExecutorOptions flat = step_options(64, 1024);
+  const int max_chunks = graphs::max_split_chunks(64, 1024, c.max_tokens);
+  for (const int k : {0, 2, max_chunks}) {
+    flat.flat_step_chunks = k;
+    CHECK(refusal(c, flat) == "accepted");
+  }
+  for (const int k : {1, -3, max_chunks + 1}) {
+    flat.flat_step_chunks = k;
+    const std::string why = refusal(c, flat);
+    CHECK(contains(why, "flat_step_chunks = " + std::to_string(k)));
+    CHECK(contains(why, "[2, " + std::to_string(max_chunks) + "]"));
+  }
+  graphs::ExecutorOptions no_steps;
+  no_steps.flat_step_chunks = 4;
+  CHECK(contains(refusal(c, no_steps), "flat_step_chunks = 4 needs steps"));
 }
 
 TEST_CASE("the step staging block: header, then 16-byte aligned chunk blocks, planned as pool slots", "[cpu][step]") {

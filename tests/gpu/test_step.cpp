@@ -135,6 +135,35 @@ StepData step_of(const model::PipelineConfig& cfg, graphs::StepSplitter& splitte
   return StepData{};
 }
 
+/// A random step that splits into exactly k full chunks (cfg.max_tokens tokens each): chunks of
+/// one request of T tokens, of 2 .. R requests that sum to T, or two chunks of one 2T request.
+StepData full_step_of(const model::PipelineConfig& cfg, graphs::StepSplitter& splitter, int k, std::mt19937_64& rng) {
+  const int t = cfg.max_tokens;
+  std::vector<int> lens;
+  for (int chunks = 0; chunks < k;) {
+    const int kind = static_cast<int>(rng() % 3);
+    if (kind == 2 && chunks + 2 <= k) {
+      lens.push_back(2 * t);
+      chunks += 2;
+      continue;
+    }
+    const int n = kind == 0 ? 1 : 2 + static_cast<int>(rng() % static_cast<std::uint64_t>(cfg.max_requests - 1));
+    int left = t;
+    for (int i = 0; i < n - 1; ++i) {
+      const int q = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(left - (n - 1 - i)));
+      lens.push_back(q);
+      left -= q;
+    }
+    lens.push_back(left);
+    ++chunks;
+  }
+  StepData s = make_step(cfg, lens, rng);
+  const graphs::StepSplit split = splitter.split(s.input());
+  REQUIRE(split.chunks == k);
+  for (int c = 0; c < k; ++c) REQUIRE(splitter.chunk(c).num_tokens() == t);
+  return s;
+}
+
 /// Every layer's caches, bytes on the host.
 struct Caches {
   std::vector<std::vector<std::uint8_t>> bytes;
@@ -449,6 +478,77 @@ TEST_CASE("the step graph holds head, two WHILEs, tail; next_fast and the larges
       CHECK(graphs::StepGraph::expected_nodes(bodies) == want);
     }
   }
+}
+
+TEST_CASE("an all-full step within flat_step_chunks launches one plain graph of the largest body, bit for bit as its "
+          "chunks one by one", "[gpu][step]") {
+  const model::PipelineConfig cfg = step_program();
+  constexpr int kFlat = 12;
+  graphs::ExecutorOptions o = step_options();
+  o.flat_step_chunks = kFlat;
+  graphs::Executor ex(cfg, o);
+  const graphs::WarmupReport report = ex.warmup();
+  CHECK(report.flat_step_graphs == 2 * ex.programs() * (kFlat - 1));
+  // The flat graph holds head, tail and per chunk next and the largest body's layers, no
+  // conditional node.
+  for (int p = 0; p < ex.programs(); ++p) {
+    const graphs::Pipeline& largest = ex.step_body(p, ex.buckets().size() - 1);
+    for (const int k : {2, 7, kFlat}) {
+      const graphs::Graph g = ex.record_flat_step_graph(p, k, k % 2);
+      std::size_t n = 0;
+      REQUIRE(cudaGraphGetNodes(g.get(), nullptr, &n) == cudaSuccess);
+      std::vector<cudaGraphNode_t> nodes(n);
+      REQUIRE(cudaGraphGetNodes(g.get(), nodes.data(), &n) == cudaSuccess);
+      CHECK(n == graphs::flat_step_nodes(largest, k));
+      CHECK(n == static_cast<std::size_t>(2 + k * largest.kernel_launches()));
+      int kernels = 0;
+      for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType type{};
+        REQUIRE(cudaGraphNodeGetType(node, &type) == cudaSuccess);
+        kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
+      }
+      CHECK(kernels == static_cast<int>(n));
+    }
+  }
+  World world(ex, 23);
+  const Caches start = read_caches(ex);
+  graphs::StepSplitter splitter(cfg, ex.step_layout());
+  std::mt19937_64& rng = world.rng();
+  const StepRows rows = random_rows(ex, rng);
+  upload_step_rows(ex, rows);
+  // All-full steps of 2 .. 16 chunks (those over kFlat on the step graph), and steps that are not
+  // all full (on the step graph), in a shuffled order.
+  std::vector<int> ks(15);
+  std::iota(ks.begin(), ks.end(), 2);
+  std::shuffle(ks.begin(), ks.end(), rng);
+  for (const int k : ks) {
+    for (const bool full : {true, false}) {
+      const StepData s = full ? full_step_of(cfg, splitter, k, rng) : step_of(cfg, splitter, k, rng);
+      // Full as the stager counts it: the chunk's bucket has the largest T.
+      bool all_full = true;
+      const graphs::StepSplit split = splitter.split(s.input());
+      for (int c = 0; c < split.chunks; ++c) {
+        const graphs::ChunkInput in = splitter.chunk(c);
+        const int b = ex.buckets().lookup(static_cast<int>(in.requests.size()), static_cast<int>(in.num_tokens()));
+        all_full = all_full && ex.buckets().t_of(b) == ex.buckets().t_buckets().back();
+      }
+      if (!full && all_full) continue;  // the random step came out full: its case is the other one
+      const int program = k % 3 == 0 ? 1 : 0;
+      INFO("k = " << k << " chunks, " << (full ? "all full" : "not all full") << ", program " << program);
+      const State want = run_from(ex, splitter, start, s, rows, program, How::chunks);
+      const std::uint64_t flat_before = ex.flat_steps();
+      CHECK(run_from(ex, splitter, start, s, rows, program, How::step_graph) == want);
+      CHECK(ex.flat_steps() == flat_before + (full && k <= kFlat ? 1 : 0));
+      CHECK(run_from(ex, splitter, start, s, rows, program, How::step_eager) == want);
+      CHECK(ex.flat_steps() == flat_before + (full && k <= kFlat ? 1 : 0));  // eager: never the flat graph
+    }
+  }
+  CHECK(ex.flat_steps() == static_cast<std::uint64_t>(kFlat - 1));
+  // Steps of no chunk and of one chunk (launched as a chunk) never take a flat graph.
+  require_ok(ex.run(graphs::StepInput{}, 0));
+  require_ok(ex.run(full_step_of(cfg, splitter, 1, rng).input(), 0));
+  CHECK(ex.flat_steps() == static_cast<std::uint64_t>(kFlat - 1));
+  CHECK(ex.read_run_faults().total() == 0);
 }
 
 TEST_CASE("a step of no chunks launches and writes nothing", "[gpu][step]") {

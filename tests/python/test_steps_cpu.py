@@ -66,6 +66,11 @@ def test_step_options_round_trip_through_the_plan():
      r"max_step_tokens = 1048577 must be in \[1, 1048576\]"),
     ({"max_step_requests": "8", "max_step_tokens": 256}, TypeError, r"max_step_requests must be an int, not str"),
     ({"max_step_requests": 8, "max_step_tokens": 2**40}, ValueError, r"max_step_tokens = 1099511627776 must be in"),
+    ({"flat_step_chunks": 4}, ValueError, r"flat_step_chunks = 4 needs steps: set max_step_requests and max_step_tokens"),
+    ({"max_step_requests": 8, "max_step_tokens": 256, "flat_step_chunks": 1}, ValueError,
+     r"flat_step_chunks = 1 must be 0 or in \[2, \d+\]"),
+    ({"max_step_requests": 8, "max_step_tokens": 256, "flat_step_chunks": 99}, ValueError,
+     r"flat_step_chunks = 99 must be 0 or in \[2, \d+\]"),
 ])
 def test_step_option_refusals(options, exc, pattern):
     expect(exc, pattern, spgraph.plan_executor, two_layers(), **options)
@@ -74,7 +79,7 @@ def test_step_option_refusals(options, exc, pattern):
 
 
 def test_unknown_option_lists_the_step_options():
-    expect(TypeError, r"the options are .*device, max_step_requests, max_step_tokens$", spgraph.Executor,
+    expect(TypeError, r"the options are .*device, max_step_requests, max_step_tokens, flat_step_chunks$", spgraph.Executor,
            two_layers(), max_steps=4)
 
 

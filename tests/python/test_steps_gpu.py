@@ -115,7 +115,7 @@ class StepRig:
     def __init__(self, config, seed=17, **options):
         self.config = config
         self.ex = sgt.Executor(config, programs=[[0, 1, 2], [1]], **STEPS, **options)
-        report = self.ex.warmup()
+        report = self.report = self.ex.warmup()
         assert (self.ex.max_step_requests, self.ex.max_step_tokens) == (STEP_REQUESTS, STEP_TOKENS)
         assert self.ex.max_step_chunks >= 16
         self.views = [self.ex.layer(l) for l in range(len(config.layers))]
@@ -265,6 +265,37 @@ def test_a_step_of_k_chunks_equals_its_chunks_run_one_by_one():
             diff = same(got, want)
             assert diff is None, f"k = {k}, program {program}, {'eager' if eager else 'graph'}: {diff}"
     assert one_request_chunks > 0 and full_chunks > 0 and len(shapes) >= 5
+    assert rig.ex.read_status()["total"] == 0
+
+
+def test_an_all_full_step_runs_its_flat_graph_bit_for_bit():
+    # flat_step_chunks = 8: all-full steps of 2 .. 8 chunks launch a plain graph of the largest
+    # body; larger ones, and steps that are not all full, the step graph. Every one equals its
+    # chunks run one by one.
+    config = step_config()
+    rig = StepRig(config, seed=29, flat_step_chunks=8)
+    assert rig.report["flat_step_graphs"] == 2 * rig.report["programs"] * 7
+    rng = random.Random(13)
+    T = config.max_tokens
+    for k in (2, 5, 8, 11):
+        lens = []
+        while len(split(config, lens, lens)) < k:  # chunks of one T-token request or of requests summing to T
+            n = rng.choice([1, 2, 3, 4])
+            cuts = sorted(rng.sample(range(1, T), n - 1))
+            lens += [b - a for a, b in zip([0] + cuts, cuts + [T])]
+        for full in (True, False):
+            step_lens = lens if full else lens[:-1] + [lens[-1] - 1 if lens[-1] > 1 else 1] + [T // 2]
+            step = make_step(config, step_lens, rng)
+            chunks = split(config, step.query_lens, step.seq_lens)
+            all_full = all(sum(t for _, t, _ in c) == T for c in chunks)
+            assert all_full == full
+            want = rig.run_chunks(step, 0)
+            before = rig.ex.flat_steps
+            r, got = rig.run_step(step, 0, eager=False)
+            assert r.chunks == len(chunks)
+            diff = same(got, want)
+            assert diff is None, f"k = {k}, {'all full' if full else 'not all full'}: {diff}"
+            assert rig.ex.flat_steps == before + (1 if full and len(chunks) <= 8 else 0)
     assert rig.ex.read_status()["total"] == 0
 
 

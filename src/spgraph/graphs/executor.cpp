@@ -118,6 +118,13 @@ ExecutorPlan plan_executor(model::PipelineConfig config, const ExecutorOptions& 
   if (options.max_step_requests != 0 || options.max_step_tokens != 0) {
     step = StepLayout::make(config, options.max_step_requests, options.max_step_tokens);
   }
+  if (options.flat_step_chunks != 0) {
+    SPG_EXPECTS(step.max_chunks > 0, "flat_step_chunks = " << options.flat_step_chunks
+                                                           << " needs steps: set max_step_requests and max_step_tokens");
+    SPG_EXPECTS(options.flat_step_chunks >= 2 && options.flat_step_chunks <= step.max_chunks,
+                "flat_step_chunks = " << options.flat_step_chunks << " must be 0 or in [2, " << step.max_chunks
+                                      << "] (the most chunks a step of these maxima splits into)");
+  }
   check_binding_shapes(config, options.buffers, programs, options.insert, step_bounds(options));
   memory::PoolPlan pool = plan_pipeline_pool(config, options.buffers, options.insert, step_bounds(options));
   plan_step_slots(pool, step);
@@ -376,6 +383,7 @@ WarmupReport Executor::warmup() {
     report.capture_ms = ms_since(t0);
   }
   std::vector<std::array<GraphExec, 2>> step_execs;
+  std::vector<std::array<std::vector<GraphExec>, 2>> flat_execs;
   if (step_layout_.max_chunks > 0) {
     // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's
     // body, then every body once on that chunk's metadata.
@@ -399,6 +407,19 @@ WarmupReport Executor::warmup() {
           ++report.step_graphs;
         }
       }
+      // All-full steps of 2 .. flat_step_chunks chunks: plain graphs of the largest body.
+      if (options_.flat_step_chunks > 0) {
+        flat_execs.resize(programs_.size());
+        for (std::size_t p = 0; p < programs_.size(); ++p) {
+          for (int s = 0; s < 2; ++s) {
+            for (int k = 2; k <= options_.flat_step_chunks; ++k) {
+              const Graph g = build_flat_step_graph(step_loop_args(s), *bodies[p].back(), k, stream());
+              flat_execs[p][static_cast<std::size_t>(s)].push_back(GraphExec::instantiate(g, stream()));
+              ++report.flat_step_graphs;
+            }
+          }
+        }
+      }
       // Steps of one chunk: every body behind the chunk staging block's stage-in.
       for (int p = 0; p < programs(); ++p) {
         for (int b = 0; b < buckets_.size(); ++b) {
@@ -418,6 +439,7 @@ WarmupReport Executor::warmup() {
   step_entries_ = std::move(step_entries);
   bodies_ = std::move(bodies);
   step_execs_ = std::move(step_execs);
+  flat_execs_ = std::move(flat_execs);
   pool_.seal();
   report.pool_device_bytes = pool_.device_bytes();
   report.pool_pinned_bytes = pool_.pinned_bytes();
@@ -597,10 +619,17 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
   // Eager, the bodies the header names, as the step graph runs them (its first loop's included).
   const std::span<const int> header_buckets(step_staging_[s] + kernels::StepStateWords::buckets,
                                             static_cast<std::size_t>(checked.chunks));
+  // An all-full step (every chunk on the largest bucket: the first loop's whole) within
+  // flat_step_chunks launches its plain graph; any other the step graph.
+  const bool flat = graph && checked.chunks >= 2 && checked.chunks <= options_.flat_step_chunks &&
+                    step_staging_[s][kernels::StepStateWords::fast] == checked.chunks;
   submit(2 + s, stream, result, [&] {
-    return graph ? step_execs_[static_cast<std::size_t>(program)][static_cast<std::size_t>(s)].launch(stream)
+    const std::size_t p = static_cast<std::size_t>(program);
+    if (flat) return flat_execs_[p][static_cast<std::size_t>(s)][static_cast<std::size_t>(checked.chunks - 2)].launch(stream);
+    return graph ? step_execs_[p][static_cast<std::size_t>(s)].launch(stream)
                  : record_step_eager(step_loop_args(s), bodies, header_buckets, stream);
   });
+  if (flat && result.ok()) ++flat_steps_;
   // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
   if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;
   return result;
@@ -621,6 +650,17 @@ StepGraph Executor::record_step_graph(int program, int staging) const {
               "program = " << program << " must be in [0, " << programs() << ")");
   core::Stream s;
   return build_step_graph(step_loop_args(staging), bodies_.at(static_cast<std::size_t>(program)), s.get());
+}
+
+Graph Executor::record_flat_step_graph(int program, int chunks, int staging) const {
+  SPG_EXPECTS_AS(StateError, warmed_up_, "Executor::record_flat_step_graph: warmup() has not run");
+  SPG_EXPECTS_AS(StateError, step_layout_.max_chunks > 0,
+                 "Executor::record_flat_step_graph: the executor has no steps (max_step_requests = 0)");
+  SPG_EXPECTS(program >= 0 && program < programs(),
+              "program = " << program << " must be in [0, " << programs() << ")");
+  core::Stream s;
+  return build_flat_step_graph(step_loop_args(staging), *bodies_.at(static_cast<std::size_t>(program)).back(), chunks,
+                               s.get());
 }
 
 RunResult Executor::run(const ChunkInput& chunk, int program, cudaStream_t stream) noexcept {

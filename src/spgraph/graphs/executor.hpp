@@ -48,6 +48,13 @@ struct ExecutorOptions {
   /// program and staging block, holding one body per bucket.
   int max_step_requests{0};
   int max_step_tokens{0};
+  /// Steps of 2 .. flat_step_chunks chunks that are all full (every chunk's bucket has the
+  /// largest T, so the step graph's first loop would run all of them) launch one plain graph of
+  /// that many copies of the largest bucket's body instead (build_flat_step_graph): the same
+  /// kernels, no conditional node to launch or to run. 0: none; otherwise steps are on and
+  /// flat_step_chunks is in [2, StepLayout::max_chunks]. Warm-up instantiates
+  /// flat_step_chunks - 1 such graphs per program and staging block.
+  int flat_step_chunks{0};
 };
 
 /// @brief What an executor is sized from, worked out on the host before any CUDA call: the
@@ -89,6 +96,9 @@ struct WarmupReport {
   /// Graphs for steps of one chunk: each bucket body with the chunk staging block's stage-in
   /// (programs x buckets x 2 staging blocks; 0 without steps).
   int one_chunk_step_graphs{0};
+  /// Plain graphs for all-full steps of 2 .. flat_step_chunks chunks (programs x 2 staging blocks
+  /// x (flat_step_chunks - 1); 0 without them).
+  int flat_step_graphs{0};
   int buckets{0};
   int programs{0};
   double eager_ms{0};                ///< one eager run of every bucket
@@ -192,6 +202,11 @@ class Executor {
   /// Records program `program`'s step graph for staging block `staging`, as warm-up built it: for
   /// counting its nodes. @throws StateError before warm-up or without steps; CudaError.
   [[nodiscard]] StepGraph record_step_graph(int program, int staging) const;
+  /// Records program `program`'s flat step graph of `chunks` all-full chunks for staging block
+  /// `staging` (build_flat_step_graph), as warm-up built it with flat_step_chunks >= chunks.
+  /// @throws StateError before warm-up or without steps; InvalidArgument for `chunks` outside
+  /// [1, max_chunks]; CudaError.
+  [[nodiscard]] Graph record_flat_step_graph(int program, int chunks, int staging) const;
   [[nodiscard]] const StepLayout& step_layout() const noexcept { return step_layout_; }
 
   /// Waits for every submitted step (the last launch, which every launch is ordered before, then
@@ -232,6 +247,8 @@ class Executor {
   /// @throws StateError before warm-up; CudaError when the capture fails.
   [[nodiscard]] Graph record_graph(int program, int bucket, int staging) const;
   [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
+  /// Steps launched as a flat step graph (ExecutorOptions::flat_step_chunks).
+  [[nodiscard]] std::uint64_t flat_steps() const noexcept { return flat_steps_; }
   [[nodiscard]] std::uint64_t host_waits() const noexcept { return host_waits_; }
 
  private:
@@ -305,9 +322,12 @@ class Executor {
   std::vector<std::vector<const Pipeline*>> bodies_;  // each program's step bodies, in bucket order
   std::int32_t* step_meta_{nullptr};  // device step blocks: every chunk's metadata, staged by head
   std::vector<std::array<GraphExec, 2>> step_execs_;
+  // [program][staging block][chunks - 2]: the flat step graphs of all-full steps.
+  std::vector<std::array<std::vector<GraphExec>, 2>> flat_execs_;
   void* attention_workspace_{nullptr};
   bool warmed_up_{false};
   std::uint64_t steps_{0};
+  std::uint64_t flat_steps_{0};
   std::uint64_t host_waits_{0};
 };
 

@@ -181,6 +181,18 @@ struct StepGraph {
 [[nodiscard]] StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
                                          cudaStream_t stream);
 
+/// Builds the flat step graph of a step of `chunks` chunks that all run `largest` (the largest
+/// bucket's body): head -> chunks x [next -> its layers] -> tail as one plain graph, by stream
+/// capture on `stream` (which must not be capturing). The kernels and their order are the step
+/// graph's for such a step (its first loop), without the conditional nodes: for an all-full step
+/// (StepStager::write puts every chunk on the largest bucket). @throws CudaError;
+/// InvalidArgument from StepLoop::can_implement, or `chunks` outside [1, args.max_chunks].
+[[nodiscard]] Graph build_flat_step_graph(const kernels::StepLoopArgs& args, const Pipeline& largest, int chunks,
+                                          cudaStream_t stream);
+/// What a flat step graph's node count must be: head and tail, and per chunk next and `largest`'s
+/// layers (its kernel launches less the chunk graph's stage-in).
+[[nodiscard]] std::size_t flat_step_nodes(const Pipeline& largest, int chunks) noexcept;
+
 /// The same step launched from a host loop (the eager step): head, then per chunk next and the
 /// chunk's bucket body, then tail. `chunk_buckets`: the buckets the host staged.
 [[nodiscard]] cudaError_t record_step_eager(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
