@@ -209,6 +209,55 @@ void probe_real_kernels(const graphs::Graph& graph, cudaStream_t stream, const s
   }
 }
 
+/// One step size's figures, medians: host time of run() on an idle device and its phases, and the
+/// GPU time of the step, of its chunks run one by one and (with `eager`) of the eager host loop;
+/// reported as rows `name` (metrics host_us, host_launch_us, host_staging_us, gpu_us,
+/// gpu_us_chunks_one_by_one, gpu_us_eager_loop) and one printed line. Returns how many times it
+/// ran the step through run().
+int measure_step(graphs::Executor& ex, graphs::StepSplitter& splitter, const graphs::StepInput& in, bool eager,
+                  const std::string& name, Reporter& rep) {
+  std::vector<double> host;
+  std::vector<double> launch;
+  std::vector<double> staging;
+  for (int i = 0; i < kReps + 10; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const graphs::RunResult r = ex.run(in);
+    const auto t1 = std::chrono::steady_clock::now();
+    require(r);
+    ex.synchronize();
+    if (i < 10) continue;
+    host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() - r.waited_us);
+    launch.push_back(r.phases.launch_us);
+    staging.push_back(r.phases.staging_us);
+  }
+  core::Event a;
+  core::Event b;
+  std::vector<double> step_gpu;
+  std::vector<double> eager_gpu;
+  std::vector<double> chunks_gpu;
+  const int k = splitter.split(in).chunks;
+  for (int i = 0; i < 21; ++i) {
+    step_gpu.push_back(gpu_us(ex, a, b, [&] { require(ex.run(in)); }));
+    if (eager) eager_gpu.push_back(gpu_us(ex, a, b, [&] { require(ex.run_eager(in)); }));
+    double sum = 0;
+    for (int c = 0; c < k; ++c) sum += gpu_us(ex, a, b, [&] { require(ex.run(splitter.chunk(c))); });
+    chunks_gpu.push_back(sum);
+  }
+  auto add = [&](const char* metric, double v) { rep.add({"executor", name, "spgraph-step", metric, v}); };
+  add("host_us", median(host));
+  add("host_launch_us", median(launch));
+  add("host_staging_us", median(staging));
+  add("gpu_us", median(step_gpu));
+  add("gpu_us_chunks_one_by_one", median(chunks_gpu));
+  if (eager) add("gpu_us_eager_loop", median(eager_gpu));
+  std::printf("  %-28s host %.2f us (staging %.2f, cudaGraphLaunch %.2f); GPU %.1f us vs %.1f us one by one (%+.1f%%)",
+              name.c_str(), median(host), median(staging), median(launch), median(step_gpu), median(chunks_gpu),
+              100.0 * (median(step_gpu) / median(chunks_gpu) - 1.0));
+  if (eager) std::printf(", %.1f us eager loop", median(eager_gpu));
+  std::printf("\n");
+  return kReps + 10 + static_cast<int>(step_gpu.size());
+}
+
 /// All-full steps through flat step graphs (ExecutorOptions::flat_step_chunks = kMaxChunks): an
 /// executor of its own, then per step size the host time of run() (idle device) and the GPU time
 /// of the step against its chunks run one by one. Rows step-flat/<program>/<k> chunks.
@@ -228,49 +277,15 @@ void time_flat_steps(const model::PipelineConfig& config, graphs::ExecutorOption
   rep.add({"executor", "step-flat/" + program + "/warmup", "spgraph-step", "graph_device_bytes",
            static_cast<double>(w.graph_device_bytes)});
   graphs::StepSplitter splitter(config, ex.step_layout());
-  core::Event a;
-  core::Event b;
   for (const int chunks : {4, 16}) {
     BenchStep step;
     make_step(config, chunks, step);
     const graphs::StepInput in{step.requests};
     const std::uint64_t flat_before = ex.flat_steps();
-    std::vector<double> host;
-    std::vector<double> launch;
-    std::vector<double> staging;
-    for (int i = 0; i < kReps + 10; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const graphs::RunResult r = ex.run(in);
-      const auto t1 = std::chrono::steady_clock::now();
-      require(r);
-      ex.synchronize();
-      if (i < 10) continue;
-      host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() - r.waited_us);
-      launch.push_back(r.phases.launch_us);
-      staging.push_back(r.phases.staging_us);
-    }
-    SPG_EXPECTS_AS(StateError, ex.flat_steps() == flat_before + kReps + 10,
+    const int runs =
+        measure_step(ex, splitter, in, /*eager=*/false, "step-flat/" + program + "/" + std::to_string(chunks) + " chunks", rep);
+    SPG_EXPECTS_AS(StateError, ex.flat_steps() == flat_before + static_cast<std::uint64_t>(runs),
                    "bench: an all-full step of " << chunks << " chunks did not launch its flat step graph");
-    std::vector<double> step_gpu;
-    std::vector<double> chunks_gpu;
-    for (int i = 0; i < 21; ++i) {
-      step_gpu.push_back(gpu_us(ex, a, b, [&] { require(ex.run(in)); }));
-      const int k = splitter.split(in).chunks;
-      double sum = 0;
-      for (int c = 0; c < k; ++c) sum += gpu_us(ex, a, b, [&] { require(ex.run(splitter.chunk(c))); });
-      chunks_gpu.push_back(sum);
-    }
-    const std::string name = "step-flat/" + program + "/" + std::to_string(chunks) + " chunks";
-    auto add = [&](const char* metric, double v) { rep.add({"executor", name, "spgraph-step", metric, v}); };
-    add("host_us", median(host));
-    add("host_launch_us", median(launch));
-    add("host_staging_us", median(staging));
-    add("gpu_us", median(step_gpu));
-    add("gpu_us_chunks_one_by_one", median(chunks_gpu));
-    std::printf("  %-28s host %.2f us (staging %.2f, cudaGraphLaunch %.2f); GPU %.1f us vs %.1f us one by one "
-                "(%+.1f%%)\n",
-                name.c_str(), median(host), median(staging), median(launch), median(step_gpu), median(chunks_gpu),
-                100.0 * (median(step_gpu) / median(chunks_gpu) - 1.0));
   }
   SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the flat steps faulted");
 }
@@ -383,44 +398,9 @@ void run_step_benchmarks(Reporter& rep) {
           }
         }
       }
-      std::vector<double> host;
-      std::vector<double> launch;
-      std::vector<double> staging;
-      for (int i = 0; i < kReps + 10; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const graphs::RunResult r = ex.run(in);
-        const auto t1 = std::chrono::steady_clock::now();
-        require(r);
-        ex.synchronize();
-        if (i < 10) continue;
-        host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-        launch.push_back(r.phases.launch_us);
-        staging.push_back(r.phases.staging_us);
-      }
-      time_runs(ex, in, "step/" + program + "/" + std::to_string(chunks) + " chunks", "spgraph-step", rep);
-      std::vector<double> step_gpu;
-      std::vector<double> eager_gpu;
-      std::vector<double> chunks_gpu;
-      for (int i = 0; i < 21; ++i) {
-        step_gpu.push_back(gpu_us(ex, a, b, [&] { require(ex.run(in)); }));
-        eager_gpu.push_back(gpu_us(ex, a, b, [&] { require(ex.run_eager(in)); }));
-        const int k = splitter.split(in).chunks;
-        double sum = 0;
-        for (int c = 0; c < k; ++c) sum += gpu_us(ex, a, b, [&] { require(ex.run(splitter.chunk(c))); });
-        chunks_gpu.push_back(sum);
-      }
       const std::string name = "step/" + program + "/" + std::to_string(chunks) + " chunks";
-      auto add = [&](const char* metric, double v) { rep.add({"executor", name, "spgraph-step", metric, v}); };
-      add("host_us", median(host));
-      add("host_launch_us", median(launch));
-      add("host_staging_us", median(staging));
-      add("gpu_us", median(step_gpu));
-      add("gpu_us_chunks_one_by_one", median(chunks_gpu));
-      add("gpu_us_eager_loop", median(eager_gpu));
-      std::printf("  %-28s host %.2f us (staging %.2f, cudaGraphLaunch %.2f); GPU %.1f us vs %.1f us one by one "
-                  "(%+.1f%%), %.1f us eager loop\n",
-                  name.c_str(), median(host), median(staging), median(launch), median(step_gpu), median(chunks_gpu),
-                  100.0 * (median(step_gpu) / median(chunks_gpu) - 1.0), median(eager_gpu));
+      (void)measure_step(ex, splitter, in, /*eager=*/true, name, rep);
+      time_runs(ex, in, name, "spgraph-step", rep);
     }
     SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the step benchmark's steps faulted");
     time_flat_steps(config, opt, program, rep);

@@ -642,22 +642,22 @@ RunResult Executor::run_eager(const StepInput& step, int program, cudaStream_t s
   return launch_step(step, program, false, stream);
 }
 
-StepGraph Executor::record_step_graph(int program, int staging) const {
-  SPG_EXPECTS_AS(StateError, warmed_up_, "Executor::record_step_graph: warmup() has not run");
+void Executor::expect_step_program(const char* what, int program) const {
+  SPG_EXPECTS_AS(StateError, warmed_up_, "Executor::" << what << ": warmup() has not run");
   SPG_EXPECTS_AS(StateError, step_layout_.max_chunks > 0,
-                 "Executor::record_step_graph: the executor has no steps (max_step_requests = 0)");
+                 "Executor::" << what << ": the executor has no steps (max_step_requests = 0)");
   SPG_EXPECTS(program >= 0 && program < programs(),
               "program = " << program << " must be in [0, " << programs() << ")");
+}
+
+StepGraph Executor::record_step_graph(int program, int staging) const {
+  expect_step_program("record_step_graph", program);
   core::Stream s;
   return build_step_graph(step_loop_args(staging), bodies_.at(static_cast<std::size_t>(program)), s.get());
 }
 
 Graph Executor::record_flat_step_graph(int program, int chunks, int staging) const {
-  SPG_EXPECTS_AS(StateError, warmed_up_, "Executor::record_flat_step_graph: warmup() has not run");
-  SPG_EXPECTS_AS(StateError, step_layout_.max_chunks > 0,
-                 "Executor::record_flat_step_graph: the executor has no steps (max_step_requests = 0)");
-  SPG_EXPECTS(program >= 0 && program < programs(),
-              "program = " << program << " must be in [0, " << programs() << ")");
+  expect_step_program("record_flat_step_graph", program);
   core::Stream s;
   return build_flat_step_graph(step_loop_args(staging), *bodies_.at(static_cast<std::size_t>(program)).back(), chunks,
                                s.get());

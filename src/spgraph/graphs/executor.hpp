@@ -255,6 +255,8 @@ class Executor {
   // From plan_executor(config, options) with the same options. A reference, so that the public
   // constructor's plan_executor(config, options) reads the options before they are moved from.
   Executor(ExecutorPlan plan, ExecutorOptions&& options);
+  // The record_*step_graph inspections' preconditions: warmed up, with steps, a valid program.
+  void expect_step_program(const char* what, int program) const;
 
   struct Entry {
     std::unique_ptr<Pipeline> pipeline;
