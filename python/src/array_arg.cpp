@@ -190,6 +190,158 @@ DeviceScope::~DeviceScope() {
   if (previous_ >= 0) (void)cudaSetDevice(previous_);
 }
 
+namespace {
+
+/// What torch_view compares a tensor's attributes with, fetched from the loaded torch module once
+/// (new references, kept for the process).
+struct TorchObjects {
+  PyTypeObject* tensor{nullptr};  // torch._C.TensorBase: every torch.Tensor (and subclass)
+  PyObject* strided{nullptr};     // torch.strided
+  struct Dt {
+    PyObject* object;
+    nb::dlpack::dtype dtype;
+  };
+  std::vector<Dt> dtypes;
+};
+
+/// torch's objects, or nullptr while torch is not imported (then no torch tensor can exist).
+const TorchObjects* torch_objects() noexcept {
+  static TorchObjects objects;
+  static bool ready = false;
+  if (ready) return &objects;
+  PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+  if (torch == nullptr) return nullptr;
+  PyObject* c = PyObject_GetAttrString(torch, "_C");
+  PyObject* base = c != nullptr ? PyObject_GetAttrString(c, "TensorBase") : nullptr;
+  Py_XDECREF(c);
+  PyObject* strided = PyObject_GetAttrString(torch, "strided");
+  if (base == nullptr || !PyType_Check(base) || strided == nullptr) {
+    PyErr_Clear();
+    Py_XDECREF(base);
+    Py_XDECREF(strided);
+    return nullptr;  // not the torch this path knows: DLPack for everything
+  }
+  using nb::dlpack::dtype_code;
+  const std::pair<const char*, nb::dlpack::dtype> names[] = {
+      {"bfloat16", {static_cast<std::uint8_t>(dtype_code::Bfloat), 16, 1}},
+      {"float16", {static_cast<std::uint8_t>(dtype_code::Float), 16, 1}},
+      {"float32", {static_cast<std::uint8_t>(dtype_code::Float), 32, 1}},
+      {"float64", {static_cast<std::uint8_t>(dtype_code::Float), 64, 1}},
+      {"int8", {static_cast<std::uint8_t>(dtype_code::Int), 8, 1}},
+      {"int16", {static_cast<std::uint8_t>(dtype_code::Int), 16, 1}},
+      {"int32", {static_cast<std::uint8_t>(dtype_code::Int), 32, 1}},
+      {"int64", {static_cast<std::uint8_t>(dtype_code::Int), 64, 1}},
+      {"uint8", {static_cast<std::uint8_t>(dtype_code::UInt), 8, 1}},
+      {"bool", {static_cast<std::uint8_t>(dtype_code::Bool), 8, 1}},
+  };
+  for (const auto& [name, dt] : names) {
+    PyObject* o = PyObject_GetAttrString(torch, name);
+    if (o == nullptr) {
+      PyErr_Clear();
+      continue;
+    }
+    objects.dtypes.push_back({o, dt});
+  }
+  objects.tensor = reinterpret_cast<PyTypeObject*>(base);
+  objects.strided = strided;
+  ready = true;
+  return &objects;
+}
+
+/// obj.name, or obj.name() when `call`; a new reference, nullptr (error cleared) on failure.
+PyObject* attr(PyObject* obj, const char* name, bool call) noexcept {
+  PyObject* v = call ? PyObject_CallMethod(obj, name, nullptr) : PyObject_GetAttrString(obj, name);
+  if (v == nullptr) PyErr_Clear();
+  return v;
+}
+
+/// True when obj.name (obj.name() when `call`) is the object `want`; false on any failure.
+bool attr_is(PyObject* obj, const char* name, bool call, PyObject* want) noexcept {
+  PyObject* v = attr(obj, name, call);
+  const bool is = v != nullptr && v == want;
+  Py_XDECREF(v);
+  return is;
+}
+
+/// A tuple of ints (torch.Size, or stride()'s tuple) into `out`; false unless it has `n` items.
+bool int_tuple(PyObject* t, std::size_t n, std::int64_t* out) noexcept {
+  if (t == nullptr || !PyTuple_Check(t) || static_cast<std::size_t>(PyTuple_GET_SIZE(t)) != n) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, static_cast<Py_ssize_t>(i)));
+    if (out[i] == -1 && PyErr_Occurred() != nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool torch_view(nb::handle h, nb::ndarray<>& out) noexcept {
+  PyObject* o = h.ptr();
+  if (o == nullptr) return false;
+  const TorchObjects* t = torch_objects();
+  if (t == nullptr || PyObject_TypeCheck(o, t->tensor) == 0) return false;
+  // What torch's __dlpack__ refuses, or exports otherwise, stays on that path.
+  if (!attr_is(o, "requires_grad", false, Py_False) || !attr_is(o, "is_conj", true, Py_False) ||
+      !attr_is(o, "is_neg", true, Py_False) || !attr_is(o, "layout", false, t->strided)) {
+    return false;
+  }
+  PyObject* dtype = attr(o, "dtype", false);
+  const nb::dlpack::dtype* dt = nullptr;
+  for (const TorchObjects::Dt& d : t->dtypes) {
+    if (d.object == dtype) dt = &d.dtype;
+  }
+  Py_XDECREF(dtype);
+  if (dt == nullptr) return false;
+  int device_type = 0;
+  int device_id = 0;
+  if (attr_is(o, "is_cuda", false, Py_True)) {
+    PyObject* index = attr(o, "get_device", true);
+    device_id = index != nullptr ? static_cast<int>(PyLong_AsLong(index)) : -1;
+    Py_XDECREF(index);
+    if (device_id < 0) {
+      PyErr_Clear();
+      return false;
+    }
+    device_type = nb::device::cuda::value;
+  } else if (attr_is(o, "is_cpu", false, Py_True)) {
+    device_type = nb::device::cpu::value;
+  } else {
+    return false;  // meta, mps, ...: DLPack says what it says
+  }
+  PyObject* shape = attr(o, "shape", false);
+  const Py_ssize_t ndim = shape != nullptr && PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
+  std::int64_t dims[16];
+  std::int64_t strides[16];
+  bool ok = ndim >= 0 && ndim <= 16 && int_tuple(shape, static_cast<std::size_t>(ndim), dims);
+  Py_XDECREF(shape);
+  if (ok) {
+    PyObject* st = attr(o, "stride", true);
+    ok = int_tuple(st, static_cast<std::size_t>(ndim), strides);
+    Py_XDECREF(st);
+  }
+  PyObject* ptr = ok ? attr(o, "data_ptr", true) : nullptr;
+  void* data = ptr != nullptr ? PyLong_AsVoidPtr(ptr) : nullptr;
+  Py_XDECREF(ptr);
+  if (!ok || ptr == nullptr || PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  std::size_t extents[16];
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    if (dims[i] < 0) return false;
+    extents[i] = static_cast<std::size_t>(dims[i]);
+  }
+  try {
+    out = nb::ndarray<>(data, static_cast<std::size_t>(ndim), extents, h, strides, *dt, device_type, device_id);
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
 bool is_array(nb::handle h) {
   return PyCapsule_CheckExact(h.ptr()) || PyObject_HasAttrString(h.ptr(), "__dlpack__") == 1 ||
          PyObject_CheckBuffer(h.ptr()) == 1;

@@ -24,7 +24,7 @@ namespace spg::python {
 namespace {
 
 using kernels::StepStatus;
-using OptArray = std::optional<nb::ndarray<>>;
+using OptArray = std::optional<Array>;
 
 constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
 /// int32 words of the StepStatus block a `status` array receives.
@@ -112,12 +112,12 @@ kernels::CacheLayout cache_layout(const ArrayArg& cache, std::int64_t block_size
 kernels::ScalarArg scalar_arg(const char* name, nb::handle h, const ArrayArg& ref) {
   kernels::ScalarArg s{};
   if (is_array(h)) {
-    const ArrayArg a(name, nb::cast<nb::ndarray<>>(h));
+    const ArrayArg a(name, import_array<>(h, name));
     if (a.numel() != 1) {
       throw nb::value_error((std::string(name) + ".shape = " + a.shape_str() + " must hold one element").c_str());
     }
     if (is_host(a)) {
-      const nb::dlpack::dtype d = nb::cast<nb::ndarray<>>(h).dtype();
+      const nb::dlpack::dtype d = import_array<>(h, name).dtype();
       if (d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) && d.bits == 32) {
         s.value = checked_int(name, *static_cast<const std::int32_t*>(a.data()), 0, kInt32Max);
       } else if (d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) && d.bits == 64) {
@@ -143,9 +143,9 @@ kernels::ScalarArg scalar_arg(const char* name, nb::handle h, const ArrayArg& re
                            .c_str());
 }
 
-void sparse_mla_fwd(nb::ndarray<> q_in, nb::ndarray<> kv_in, nb::ndarray<> indices_in, double sm_scale,
-                    std::int64_t d_v, OptArray attn_sink_in, OptArray topk_length_in, nb::ndarray<> out_in,
-                    nb::ndarray<> max_logits_in, nb::ndarray<> lse_in, nb::handle workspace_in, std::uintptr_t stream) {
+void sparse_mla_fwd(Array q_in, Array kv_in, Array indices_in, double sm_scale,
+                    std::int64_t d_v, OptArray attn_sink_in, OptArray topk_length_in, Array out_in,
+                    Array max_logits_in, Array lse_in, nb::handle workspace_in, std::uintptr_t stream) {
   const ArrayArg q("q", q_in);
   q.expect_dtype(Dtype::bfloat16).expect_ndim({3}, "[s_q, h_q, d_qk]").expect_contiguous();
   const std::int64_t s_q = q.shape(0);
@@ -200,7 +200,7 @@ void sparse_mla_fwd(nb::ndarray<> q_in, nb::ndarray<> kv_in, nb::ndarray<> indic
                             std::string(nb::type_name(workspace_in.type()).c_str()))
                                .c_str());
     }
-    workspace.emplace("workspace", nb::cast<nb::ndarray<>>(workspace_in));
+    workspace.emplace("workspace", import_array<>(workspace_in, "workspace"));
     check_workspace(*workspace);
   }
   kernels::SparseMlaArgs a{};
@@ -235,7 +235,7 @@ void sparse_mla_fwd(nb::ndarray<> q_in, nb::ndarray<> kv_in, nb::ndarray<> indic
     if (!is_array(allocated)) {
       throw nb::type_error("workspace(nbytes) must return a uint8 array");
     }
-    workspace.emplace("workspace", nb::cast<nb::ndarray<>>(allocated));
+    workspace.emplace("workspace", import_array<>(allocated, "workspace(nbytes)"));
     check_workspace(*workspace);
   }
   if (ws_bytes > 0) {
@@ -297,10 +297,10 @@ nb::dict sparse_mla_plan(std::int64_t s_q, std::int64_t h_q, std::int64_t d_qk, 
   return d;
 }
 
-void combine_topk_swa_indices(nb::ndarray<> topk_indices_in, nb::ndarray<> query_start_loc_in,
-                              nb::ndarray<> seq_lens_in, nb::ndarray<> gather_lens_in, std::int64_t window_size,
+void combine_topk_swa_indices(Array topk_indices_in, Array query_start_loc_in,
+                              Array seq_lens_in, Array gather_lens_in, std::int64_t window_size,
                               std::int64_t compress_ratio, std::int64_t topk, nb::handle m, nb::handle n,
-                              nb::ndarray<> combined_in, nb::ndarray<> lens_in, OptArray status_in,
+                              Array combined_in, Array lens_in, OptArray status_in,
                               std::uintptr_t stream) {
   const ArrayArg topk_indices("topk_indices", topk_indices_in);
   topk_indices.expect_dtype(Dtype::int32).expect_ndim({2, 3}, "[num_tokens, topk] (or [num_tokens, 1, topk])");
@@ -366,7 +366,7 @@ void combine_topk_swa_indices(nb::ndarray<> topk_indices_in, nb::ndarray<> query
   check_launch(kernels::CombineIndices::run(a, as_stream(stream)), "combine_topk_swa_indices");
 }
 
-void quantize_and_insert_k_cache(nb::ndarray<> k_in, nb::ndarray<> k_cache_in, nb::ndarray<> slot_mapping_in,
+void quantize_and_insert_k_cache(Array k_in, Array k_cache_in, Array slot_mapping_in,
                                  std::int64_t block_size, OptArray status_in, std::uintptr_t stream) {
   const ArrayArg k("k", k_in);
   k.expect_dtype(Dtype::bfloat16).expect_ndim({2}, "[num_tokens, 512]");
@@ -395,8 +395,8 @@ void quantize_and_insert_k_cache(nb::ndarray<> k_in, nb::ndarray<> k_cache_in, n
   check_launch(kernels::KvInsert::run(a, as_stream(stream)), "quantize_and_insert_k_cache");
 }
 
-void dequantize_and_gather_k_cache(nb::ndarray<> out_in, nb::ndarray<> k_cache_in, nb::ndarray<> seq_lens_in,
-                                   OptArray gather_lens_in, nb::ndarray<> block_table_in, std::int64_t block_size,
+void dequantize_and_gather_k_cache(Array out_in, Array k_cache_in, Array seq_lens_in,
+                                   OptArray gather_lens_in, Array block_table_in, std::int64_t block_size,
                                    std::int64_t offset, OptArray status_in, std::uintptr_t stream) {
   const ArrayArg out("out", out_in);
   out.expect_dtype(Dtype::bfloat16).expect_ndim({3}, "[num_reqs, max_rows, 512]");
@@ -454,8 +454,27 @@ void dequantize_and_gather_k_cache(nb::ndarray<> out_in, nb::ndarray<> k_cache_i
 
 }  // namespace
 
+/// How an array argument is read (a test hook): (data pointer, shape, strides in elements, dtype
+/// name, DLPack device type, device id).
+nb::tuple array_view(const nb::ndarray<>& a) {
+  nb::list shape;
+  nb::list strides;
+  for (std::size_t i = 0; i < a.ndim(); ++i) {
+    shape.append(a.shape(i));
+    strides.append(a.stride(i));
+  }
+  return nb::make_tuple(reinterpret_cast<std::uintptr_t>(a.data()), nb::steal(PyList_AsTuple(shape.ptr())),
+                        nb::steal(PyList_AsTuple(strides.ptr())), nb::str(dtype_name(a.dtype()).c_str()), a.device_type(),
+                        a.device_id());
+}
+
 void bind_ops(nb::module_& m) {
   using namespace nb::literals;
+  m.def("_array_view", [](const Array& a) { return array_view(a.array); }, "obj"_a,
+        "Test hook: (data_ptr, shape, strides, dtype, DLPack device type, device id) of an array argument as the "
+        "ops read it (torch tensors without __dlpack__).");
+  m.def("_array_view_dlpack", [](const nb::ndarray<>& a) { return array_view(a); }, "obj"_a,
+        "Test hook: the same, read by nanobind's DLPack import alone.");
   m.attr("STATUS_WORDS") = kStatusWords;
   m.attr("COMBINED_ALIGNMENT") = kCombinedAlignment;
   m.attr("KV_ROW_BYTES") = kernels::kKvRowBytes;

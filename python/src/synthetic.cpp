@@ -68,7 +68,7 @@ class Front {
       PyErr_Clear();
       if (!k.is_valid() || k.is_none()) throw nb::value_error((where + ".k_rows is missing").c_str());
       const std::string kname = where + ".k_rows";
-      const ArrayArg ka(kname.c_str(), nb::cast<nb::ndarray<>>(k));
+      const ArrayArg ka(kname.c_str(), import_array<>(k, kname));
       k_rows_[l] = rows_arg(ka, Dtype::bfloat16, 512);
       f.k_rows = static_cast<__nv_bfloat16*>(ka.data());
       keep_.push_back(k);
@@ -84,8 +84,8 @@ class Front {
         }
         const std::string cname = where + ".compressed_k_rows";
         const std::string tname = where + ".topk_indices";
-        const ArrayArg ca(cname.c_str(), nb::cast<nb::ndarray<>>(c));
-        const ArrayArg ta(tname.c_str(), nb::cast<nb::ndarray<>>(t));
+        const ArrayArg ca(cname.c_str(), import_array<>(c, cname));
+        const ArrayArg ta(tname.c_str(), import_array<>(t, tname));
         compressed_rows_[l] = rows_arg(ca, Dtype::bfloat16, 512);
         topk_rows_[l] = rows_arg(ta, Dtype::int32, f.top_k);
         f.compressed_k_rows = static_cast<__nv_bfloat16*>(ca.data());
@@ -182,7 +182,7 @@ void bind_synthetic(nb::module_& m) {
            "Fills the chunk's K rows, compressed K rows and top-k indices of every layer on `stream`.");
   m.def(
       "synthetic_fill_query",
-      [](nb::ndarray<> q_in, std::uint64_t seed, int layer, std::uintptr_t stream) {
+      [](Array q_in, std::uint64_t seed, int layer, std::uintptr_t stream) {
         const ArrayArg q("q", q_in);
         q.expect_dtype(Dtype::bfloat16).expect_contiguous().expect_cuda();
         check_launch(kernels::SyntheticFront::fill_query(static_cast<__nv_bfloat16*>(q.data()),
@@ -201,7 +201,7 @@ void bind_synthetic(nb::module_& m) {
       "seed"_a, "layer"_a, "h_q"_a, "serve_loop's attention sinks of a layer: 4 * front_q_value(seed + 7, layer, h).");
   m.def(
       "synthetic_fill_cache",
-      [](nb::ndarray<> cache_in, int block_size, std::uint64_t seed, std::uintptr_t stream) {
+      [](Array cache_in, int block_size, std::uint64_t seed, std::uintptr_t stream) {
         const ArrayArg c("cache", cache_in);
         c.expect_dtype(Dtype::uint8).expect_ndim({2}, "[num_blocks, block_stride]").expect_contiguous().expect_cuda();
         const std::int64_t used = std::int64_t{block_size} * (kernels::kKvRowBytes + kernels::kKvScaleBytes);
@@ -218,11 +218,11 @@ void bind_synthetic(nb::module_& m) {
       "Fills every row of a V4 cache with random finite FP8 rows (the bench's fill).");
   m.def(
       "checksum_accumulate",
-      [](nb::ndarray<> data_in, std::uint64_t salt, nb::ndarray<> acc_in, std::uintptr_t stream) {
+      [](Array data_in, std::uint64_t salt, Array acc_in, std::uintptr_t stream) {
         const ArrayArg data("data", data_in);
         data.expect_contiguous().expect_cuda();
         const ArrayArg acc("acc", acc_in);
-        const nb::dlpack::dtype d = acc_in.dtype();
+        const nb::dlpack::dtype d = acc_in.array.dtype();
         if (!((d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) ||
                d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)) &&
               d.bits == 64 && d.lanes == 1)) {

@@ -131,6 +131,39 @@ def test_tensors_that_require_grad_are_taken():
         st.sparse_mla_fwd(q, kv, idx, 0.1, attn_sink=sink)
 
 
+def test_torch_tensors_are_read_without_dlpack_as_dlpack_reads_them(monkeypatch):
+    # The ops read a torch tensor's pointer, shape, strides, dtype and device from the tensor
+    # (torch_view), not through torch's Python-level __dlpack__: the same view DLPack gives, for
+    # views with offsets, transposes, steps, every dtype the ops see, and empty tensors.
+    from spgraph import _spgraph as C
+    base = torch.arange(4 * 6 * 8, dtype=torch.float32).reshape(4, 6, 8)
+    tensors = [
+        base, base[1:, 2:5, ::2], base.transpose(0, 2), base[0], base[:, 3], base.reshape(-1)[7:8],
+        torch.zeros(5, 3, dtype=torch.bfloat16), torch.zeros(2, 9, dtype=torch.int32).t(),
+        torch.zeros(16, dtype=torch.uint8), torch.zeros(3, 2, dtype=torch.int64), torch.zeros(4, dtype=torch.bool),
+        torch.empty(0, 512, dtype=torch.bfloat16), torch.tensor(3.0),
+    ]
+    want = [C._array_view_dlpack(t) for t in tensors]
+    calls = []
+    dlpack = torch.Tensor.__dlpack__
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", lambda self, *a, **k: calls.append(1) or dlpack(self, *a, **k))
+    got = [C._array_view(t) for t in tensors]
+    assert calls == []  # not one __dlpack__ call
+    for t, g, w in zip(tensors, got, want):
+        assert g == w, f"{t.dtype} {tuple(t.shape)} {t.stride()}: {g} != {w}"
+    assert got[1][1:3] == ((3, 3, 4), (48, 8, 2)) and got[1][0] == base.data_ptr() + 4 * (48 + 16)
+    # What DLPack exports otherwise, or refuses, still goes through it.
+    for t in (torch.zeros(3, requires_grad=True), torch.zeros(3, dtype=torch.complex64).conj()):
+        calls.clear()
+        try:
+            C._array_view(t)
+        except (TypeError, RuntimeError, BufferError):
+            pass
+        assert calls, f"{t}: expected the DLPack path"
+    host = torch.zeros(3).numpy()  # not a torch tensor: DLPack, as before
+    assert C._array_view(host) == C._array_view_dlpack(host)
+
+
 def prefill_step(topk_indices, qsl, seq_lens, gather_lens, q, kv, sink, M, N):
     combined, lens = st.combine_topk_swa_indices(topk_indices, qsl, seq_lens, gather_lens, 128, 4, 512, M, N)
     return st.sparse_mla_fwd(q, kv, combined.unsqueeze(1), q.shape[-1] ** -0.5, attn_sink=sink, topk_length=lens)
