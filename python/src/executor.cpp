@@ -121,8 +121,9 @@ std::vector<int> int_list(nb::handle v, const std::string& what) {
   return out;
 }
 
-const char* const kOptions[] = {"r_buckets", "t_buckets",         "programs",        "insert",          "capture",
-                                "time_host_phases", "device", "max_step_requests", "max_step_tokens", "flat_step_chunks"};
+const char* const kOptions[] = {"r_buckets",       "t_buckets",       "programs",        "insert",
+                                "capture",         "time_host_phases", "device",         "max_step_requests",
+                                "max_step_tokens", "flat_step_chunks"};
 
 /// ExecutorOptions from the keyword options of spgraph.Executor (a dict); `device` set when given.
 graphs::ExecutorOptions executor_options(nb::handle options, int& device) {

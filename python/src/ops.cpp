@@ -452,8 +452,6 @@ void dequantize_and_gather_k_cache(Array out_in, Array k_cache_in, Array seq_len
   check_launch(kernels::KvGather::run(a, as_stream(stream)), "dequantize_and_gather_k_cache");
 }
 
-}  // namespace
-
 /// How an array argument is read (a test hook): (data pointer, shape, strides in elements, dtype
 /// name, DLPack device type, device id).
 nb::tuple array_view(const nb::ndarray<>& a) {
@@ -467,6 +465,8 @@ nb::tuple array_view(const nb::ndarray<>& a) {
                         nb::steal(PyList_AsTuple(strides.ptr())), nb::str(dtype_name(a.dtype()).c_str()), a.device_type(),
                         a.device_id());
 }
+
+}  // namespace
 
 void bind_ops(nb::module_& m) {
   using namespace nb::literals;
