@@ -50,6 +50,7 @@ class ArrayArg {
   [[nodiscard]] std::int64_t numel() const noexcept { return static_cast<std::int64_t>(array_.size()); }
   [[nodiscard]] std::int64_t nbytes() const noexcept { return static_cast<std::int64_t>(array_.nbytes()); }
   [[nodiscard]] void* data() const noexcept { return array_.data(); }
+  [[nodiscard]] nb::dlpack::dtype dtype() const noexcept { return array_.dtype(); }
   [[nodiscard]] int device_type() const noexcept { return array_.device_type(); }
   [[nodiscard]] int device_id() const noexcept { return array_.device_id(); }
   /// "cuda:0", "cpu", ...

@@ -117,7 +117,7 @@ kernels::ScalarArg scalar_arg(const char* name, nb::handle h, const ArrayArg& re
       throw nb::value_error((std::string(name) + ".shape = " + a.shape_str() + " must hold one element").c_str());
     }
     if (is_host(a)) {
-      const nb::dlpack::dtype d = import_array<>(h, name).dtype();
+      const nb::dlpack::dtype d = a.dtype();
       if (d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) && d.bits == 32) {
         s.value = checked_int(name, *static_cast<const std::int32_t*>(a.data()), 0, kInt32Max);
       } else if (d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) && d.bits == 64) {

@@ -282,6 +282,19 @@ void upload_step_rows(graphs::Executor& ex, const StepRows& in) {
   upload_rows(ex, in, 0, ex.layer(0).q.extent(0), none, compressed);
 }
 
+/// What the cases that compare steps with their chunks start from: random caches and layer inputs
+/// (World), those caches as read back, the executor's split, and random step rows uploaded.
+struct StepStart {
+  StepStart(graphs::Executor& ex, std::uint64_t seed)
+      : world(ex, seed), caches(read_caches(ex)), splitter(ex.config(), ex.step_layout()), rows(random_rows(ex, world.rng())) {
+    upload_step_rows(ex, rows);
+  }
+  World world;
+  Caches caches;
+  graphs::StepSplitter splitter;
+  StepRows rows;
+};
+
 enum class How { chunks, step_eager, step_graph };
 
 /// From the caches `start`, with the outputs poisoned: the step `s` over the inputs `in`, run `how`.
@@ -347,12 +360,11 @@ TEST_CASE("a step of k chunks in one launch writes each chunk's rows as k single
     const int r = cfg.layers[l].compress_ratio;
     if (r > 1) CHECK(ex.layer(l).compressed_k_rows.extent(0) == static_cast<std::size_t>(kStepTokens / r + kStepRequests));
   }
-  World world(ex, 17);
-  const Caches start = read_caches(ex);
-  graphs::StepSplitter splitter(cfg, ex.step_layout());
-  std::mt19937_64& rng = world.rng();
-  const StepRows rows = random_rows(ex, rng);
-  upload_step_rows(ex, rows);
+  StepStart at(ex, 17);
+  const Caches& start = at.caches;
+  graphs::StepSplitter& splitter = at.splitter;
+  std::mt19937_64& rng = at.world.rng();
+  const StepRows& rows = at.rows;
 
   // k = 1 .. 16 in a shuffled order: steps of different sizes follow each other on the graphs
   // warm-up captured (the executor never captures after warm-up).
@@ -427,11 +439,11 @@ TEST_CASE("a chunk metadata block larger than one CTA's copy: next stages every 
   graphs::Executor ex(cfg, step_options());
   ex.warmup();
   REQUIRE(ex.step_layout().chunk_words / 4 > 4 * 256);  // more than four CTAs of 256 threads
-  World world(ex, 23);
-  const Caches start = read_caches(ex);
-  graphs::StepSplitter splitter(cfg, ex.step_layout());
-  const StepRows rows = random_rows(ex, world.rng());
-  upload_step_rows(ex, rows);
+  StepStart at(ex, 23);
+  World& world = at.world;
+  const Caches& start = at.caches;
+  graphs::StepSplitter& splitter = at.splitter;
+  const StepRows& rows = at.rows;
   for (const int k : {3, 16, 9}) {
     INFO("k = " << k << " chunks");
     const StepData s = step_of(cfg, splitter, k, world.rng());
@@ -510,12 +522,11 @@ TEST_CASE("an all-full step within flat_step_chunks launches one plain graph of 
       CHECK(kernels == static_cast<int>(n));
     }
   }
-  World world(ex, 23);
-  const Caches start = read_caches(ex);
-  graphs::StepSplitter splitter(cfg, ex.step_layout());
-  std::mt19937_64& rng = world.rng();
-  const StepRows rows = random_rows(ex, rng);
-  upload_step_rows(ex, rows);
+  StepStart at(ex, 23);
+  const Caches& start = at.caches;
+  graphs::StepSplitter& splitter = at.splitter;
+  std::mt19937_64& rng = at.world.rng();
+  const StepRows& rows = at.rows;
   // All-full steps of 2 .. 16 chunks (those over kFlat on the step graph), and steps that are not
   // all full (on the step graph), in a shuffled order.
   std::vector<int> ks(15);
@@ -577,11 +588,11 @@ TEST_CASE("refused steps write nothing and name the chunk and the request at fau
   const model::PipelineConfig cfg = step_program();
   graphs::Executor ex(cfg, step_options());
   ex.warmup();
-  World world(ex, 5);
-  const Caches start = read_caches(ex);
-  graphs::StepSplitter splitter(cfg, ex.step_layout());
-  const StepRows rows = random_rows(ex, world.rng());
-  upload_step_rows(ex, rows);
+  StepStart at(ex, 5);
+  World& world = at.world;
+  const Caches& start = at.caches;
+  graphs::StepSplitter& splitter = at.splitter;
+  const StepRows& rows = at.rows;
   const StepData good = step_of(cfg, splitter, 6, world.rng());
   const State want = run_from(ex, splitter, start, good, rows, 0, How::chunks);
 

@@ -265,31 +265,6 @@ StepGraph build_step_graph(const kernels::StepLoopArgs& args, std::span<const Pi
   return out;
 }
 
-Graph build_flat_step_graph(const kernels::StepLoopArgs& args, const Pipeline& largest, int chunks,
-                            cudaStream_t stream) {
-  kernels::StepLoop::can_implement(args);
-  SPG_EXPECTS(chunks >= 1 && chunks <= args.max_chunks,
-              "build_flat_step_graph: chunks = " << chunks << " must be in [1, " << args.max_chunks << "]");
-  cudaGraph_t raw = nullptr;
-  SPG_CUDA_TRY(cudaGraphCreate(&raw, 0));
-  Graph out(raw);
-  // The eager step's launches (no conditional handles to set), every chunk on `largest`.
-  capture_into(raw, stream, [&] {
-    const kernels::StepConditionals none{};
-    cudaError_t e = kernels::StepLoop::run_head(args, none, stream);
-    for (int c = 0; c < chunks && e == cudaSuccess; ++c) {
-      e = kernels::StepLoop::run_next(args, none, stream);
-      if (e == cudaSuccess) e = largest.record_layers(stream);
-    }
-    return e == cudaSuccess ? kernels::StepLoop::run_tail(args, stream) : e;
-  });
-  return out;
-}
-
-std::size_t flat_step_nodes(const Pipeline& largest, int chunks) noexcept {
-  return 2 + static_cast<std::size_t>(chunks) * static_cast<std::size_t>(largest.kernel_launches());
-}
-
 cudaError_t record_step_eager(const kernels::StepLoopArgs& args, std::span<const Pipeline* const> bodies,
                               std::span<const int> chunk_buckets, cudaStream_t stream) noexcept {
   const kernels::StepConditionals none{};
@@ -299,6 +274,26 @@ cudaError_t record_step_eager(const kernels::StepLoopArgs& args, std::span<const
     if (e == cudaSuccess) e = bodies[static_cast<std::size_t>(chunk_buckets[c])]->record_layers(stream);
   }
   return e == cudaSuccess ? kernels::StepLoop::run_tail(args, stream) : e;
+}
+
+Graph build_flat_step_graph(const kernels::StepLoopArgs& args, const Pipeline& largest, int chunks,
+                            cudaStream_t stream) {
+  kernels::StepLoop::can_implement(args);
+  SPG_EXPECTS(chunks >= 1 && chunks <= args.max_chunks,
+              "build_flat_step_graph: chunks = " << chunks << " must be in [1, " << args.max_chunks << "]");
+  cudaGraph_t raw = nullptr;
+  SPG_CUDA_TRY(cudaGraphCreate(&raw, 0));
+  Graph out(raw);
+  // The eager step's launches (no conditional handles to set), every chunk on `largest`, the one
+  // body of the list.
+  const Pipeline* const body[1] = {&largest};
+  const std::vector<int> on_body(static_cast<std::size_t>(chunks), 0);
+  capture_into(raw, stream, [&] { return record_step_eager(args, body, on_body, stream); });
+  return out;
+}
+
+std::size_t flat_step_nodes(const Pipeline& largest, int chunks) noexcept {
+  return 2 + static_cast<std::size_t>(chunks) * static_cast<std::size_t>(largest.kernel_launches());
 }
 
 }  // namespace spg::graphs

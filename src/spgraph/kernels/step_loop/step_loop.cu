@@ -48,18 +48,25 @@ cudaError_t StepLoop::run_head(const StepLoopArgs& a, const StepConditionals& c,
   return cudaGetLastError();
 }
 
-cudaError_t StepLoop::run_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
+namespace {
+
+/// next (kFast: the first loop's): a few CTAs copy the current chunk's block and advance the state.
+template <bool kFast>
+cudaError_t launch_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
   const int vectors = chunk_vectors(a);
-  detail::step_next_kernel<false><<<ctas_for(vectors, kNextMaxCtas), detail::kStepCopyThreads, 0, stream>>>(
+  detail::step_next_kernel<kFast><<<ctas_for(vectors, kNextMaxCtas), detail::kStepCopyThreads, 0, stream>>>(
       static_cast<const uint4*>(a.step_meta), a.state, static_cast<uint4*>(a.chunk_meta), vectors, c);
   return cudaGetLastError();
 }
 
+}  // namespace
+
+cudaError_t StepLoop::run_next(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
+  return launch_next<false>(a, c, stream);
+}
+
 cudaError_t StepLoop::run_next_fast(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
-  const int vectors = chunk_vectors(a);
-  detail::step_next_kernel<true><<<ctas_for(vectors, kNextMaxCtas), detail::kStepCopyThreads, 0, stream>>>(
-      static_cast<const uint4*>(a.step_meta), a.state, static_cast<uint4*>(a.chunk_meta), vectors, c);
-  return cudaGetLastError();
+  return launch_next<true>(a, c, stream);
 }
 
 cudaError_t StepLoop::run_tail(const StepLoopArgs& a, cudaStream_t stream) noexcept {
