@@ -142,6 +142,23 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t n, cudaMemcpyKind
   std::memmove(dst, src, n);
   return cudaSuccess;
 }
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t n, cudaMemcpyKind, cudaStream_t) {
+  std::memmove(dst, src, n);
+  launched();
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy2D(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
+                         std::size_t height, cudaMemcpyKind) {
+  for (std::size_t r = 0; r < height; ++r) {
+    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaMemset(void* p, int v, std::size_t n) {
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
 cudaError_t cudaMemsetAsync(void* p, int v, std::size_t n, cudaStream_t) {
   std::memset(p, v, n);
   launched();

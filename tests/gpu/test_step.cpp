@@ -19,6 +19,7 @@
 #include "executor_test_util.hpp"
 #include "spgraph/graphs/executor.hpp"
 #include "spgraph/graphs/pipeline.hpp"
+#include "spgraph/graphs/pipeline_pool.hpp"
 #include "spgraph/graphs/step.hpp"
 #include "spgraph/memory/allocation_counter.hpp"
 
@@ -471,7 +472,7 @@ TEST_CASE("the step graph holds head, two WHILEs, tail; next_fast and the larges
     }
     const int largest = bodies.back()->kernel_launches() - 1;
     want += static_cast<std::size_t>(largest);  // the first loop's copy of the largest body
-    for (int s = 0; s < 2; ++s) {
+    for (int s = -1; s < 2; ++s) {  // -1: a staged step's reruns, with no staging block
       const graphs::StepGraph g = ex.record_step_graph(p, s);
       CHECK(g.graph.node_count() == 4);
       std::size_t fast_nodes = 0;
@@ -506,7 +507,7 @@ TEST_CASE("an all-full step within flat_step_chunks launches one plain graph of 
   for (int p = 0; p < ex.programs(); ++p) {
     const graphs::Pipeline& largest = ex.step_body(p, ex.buckets().size() - 1);
     for (const int k : {2, 7, kFlat}) {
-      const graphs::Graph g = ex.record_flat_step_graph(p, k, k % 2);
+      const graphs::Graph g = ex.record_flat_step_graph(p, k, k % 3 - 1);  // staging 1, 0 and -1 (reruns)
       std::size_t n = 0;
       REQUIRE(cudaGraphGetNodes(g.get(), nullptr, &n) == cudaSuccess);
       std::vector<cudaGraphNode_t> nodes(n);
@@ -559,6 +560,86 @@ TEST_CASE("an all-full step within flat_step_chunks launches one plain graph of 
   require_ok(ex.run(graphs::StepInput{}, 0));
   require_ok(ex.run(full_step_of(cfg, splitter, 1, rng).input(), 0));
   CHECK(ex.flat_steps() == static_cast<std::uint64_t>(kFlat - 1));
+  CHECK(ex.read_run_faults().total() == 0);
+}
+
+TEST_CASE("a staged step runs for each program as run(StepInput) does, bit for bit: its first run from the staging "
+          "block, every later run from the device state alone", "[gpu][step]") {
+  const model::PipelineConfig cfg = step_program();
+  constexpr int kFlat = 6;
+  graphs::ExecutorOptions o = step_options();
+  o.flat_step_chunks = kFlat;
+  graphs::Executor ex(cfg, o);
+  const graphs::WarmupReport report = ex.warmup();
+  CHECK(report.staged_step_graphs == ex.programs() * kFlat);  // the step graph and kFlat - 1 flat ones each
+  StepStart at(ex, 31);
+  const Caches& start = at.caches;
+  graphs::StepSplitter& splitter = at.splitter;
+  std::mt19937_64& rng = at.world.rng();
+  const StepRows& rows = at.rows;
+  const auto reset = [&] {
+    write_caches(ex, start);
+    poison_outputs(ex);
+  };
+  // Where a rerun would read the staging block, it would read this: a count of -1, no chunk.
+  const auto poison_staging = [&] {
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    for (const char* slot : graphs::slots::kStepStaging) {
+      std::memset(ex.pool().bytes(slot, ex.step_layout().bytes()), 0xFF, ex.step_layout().bytes());
+    }
+  };
+  // Steps of 1 .. 16 chunks, all full (flat within kFlat) or not, in a shuffled order.
+  std::vector<int> ks(16);
+  std::iota(ks.begin(), ks.end(), 1);
+  std::shuffle(ks.begin(), ks.end(), rng);
+  std::uint64_t reruns = 0;
+  for (const int k : ks) {
+    const bool full = k % 2 == 0;
+    const StepData s = full ? full_step_of(cfg, splitter, k, rng) : step_of(cfg, splitter, k, rng);
+    INFO("k = " << k << " chunks" << (full ? ", all full" : ""));
+    // The references: run(StepInput) of each program (equal to its chunks one by one: the cases above).
+    State want[2];
+    const int step_tokens = static_cast<int>(graphs::ChunkInput{s.requests}.num_tokens());
+    for (int p = 0; p < 2; ++p) {
+      want[p] = run_from(ex, splitter, start, s, rows, p, How::step_graph);
+      // The reference did run: its last layer's row of the step's last token is no longer poison.
+      const auto last = static_cast<std::size_t>(ex.program_layers(p).back());
+      const std::size_t h = static_cast<std::size_t>(cfg.layers[last].h_q);
+      REQUIRE(!std::isnan(want[p].outputs[last].lse[static_cast<std::size_t>(step_tokens - 1) * h]));
+    }
+    const std::uint64_t flat_before = ex.flat_steps();
+    const graphs::RunResult staged = ex.stage(s.input());
+    require_ok(staged);
+    CHECK(staged.chunks == k);
+    // First run (program k % 2), then every program again with the staging blocks poisoned.
+    const int first = k % 2;
+    reset();
+    require_ok(ex.run_staged(first));
+    CHECK(read_state(ex) == want[first]);
+    poison_staging();
+    for (const int p : {1 - first, first, 1 - first}) {
+      reset();
+      require_ok(ex.run_staged(p));
+      CHECK(read_state(ex) == want[p]);
+      ++reruns;
+    }
+    reset();
+    require_ok(ex.run_staged_eager(first));
+    CHECK(read_state(ex) == want[first]);
+    ++reruns;
+    // A chunk run in between uses its own staging block and the metadata block, not the step's.
+    reset();
+    const StepData one = step_of(cfg, splitter, 1, rng);
+    REQUIRE(splitter.split(one.input()).chunks == 1);
+    require_ok(ex.run(splitter.chunk(0), 0));
+    reset();
+    require_ok(ex.run_staged(1 - first));
+    CHECK(read_state(ex) == want[1 - first]);
+    ++reruns;
+    CHECK(ex.staged_reruns() == reruns);
+    // An all-full step within kFlat ran its flat graphs: five graph runs (the eager one not).
+    CHECK(ex.flat_steps() == flat_before + (full && k <= kFlat ? 5 : 0));
+  }
   CHECK(ex.read_run_faults().total() == 0);
 }
 

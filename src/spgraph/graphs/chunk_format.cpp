@@ -122,6 +122,7 @@ const char* run_status_name(RunStatus s) noexcept {
     case RunStatus::bad_program: return "no such program";
     case RunStatus::not_warmed_up: return "warmup() has not run";
     case RunStatus::cuda_error: return "a CUDA call failed";
+    case RunStatus::not_staged: return "no step staged (stage() has not accepted one, or a run of a step replaced it)";
   }
   return "unknown";
 }

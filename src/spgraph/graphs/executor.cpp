@@ -255,8 +255,9 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
       step_staging_[s] = reinterpret_cast<std::int32_t*>(pool_.bytes(slots::kStepStaging[s], step_layout_.bytes()));
       std::memset(step_staging_[s], 0, step_layout_.bytes());
     }
-    kernels::StepLoop::can_implement(step_loop_args(0));
-    kernels::StepLoop::can_implement(step_loop_args(1));
+    for (int staging = -1; staging < 2; ++staging) kernels::StepLoop::can_implement(step_loop_args(staging));
+    for (int mask : program_ratios_) all_ratios_ |= mask;
+    staged_buckets_.resize(static_cast<std::size_t>(step_layout_.max_chunks));
     stager_ = std::make_unique<StepStager>(config_, step_layout_, buckets_, encoder_);
   }
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
@@ -384,6 +385,8 @@ WarmupReport Executor::warmup() {
   }
   std::vector<std::array<GraphExec, 2>> step_execs;
   std::vector<std::array<std::vector<GraphExec>, 2>> flat_execs;
+  std::vector<GraphExec> staged_execs;
+  std::vector<std::vector<GraphExec>> staged_flat_execs;
   if (step_layout_.max_chunks > 0) {
     // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's
     // body, then every body once on that chunk's metadata.
@@ -420,6 +423,18 @@ WarmupReport Executor::warmup() {
           }
         }
       }
+      // A staged step run again: the same graphs over the device state, without a staging block.
+      staged_execs.resize(programs_.size());
+      staged_flat_execs.resize(programs_.size());
+      for (std::size_t p = 0; p < programs_.size(); ++p) {
+        staged_execs[p] = GraphExec::instantiate(build_step_graph(step_loop_args(-1), bodies[p], stream()).graph, stream());
+        ++report.staged_step_graphs;
+        for (int k = 2; k <= options_.flat_step_chunks; ++k) {
+          const Graph g = build_flat_step_graph(step_loop_args(-1), *bodies[p].back(), k, stream());
+          staged_flat_execs[p].push_back(GraphExec::instantiate(g, stream()));
+          ++report.staged_step_graphs;
+        }
+      }
       // Steps of one chunk: every body behind the chunk staging block's stage-in.
       for (int p = 0; p < programs(); ++p) {
         for (int b = 0; b < buckets_.size(); ++b) {
@@ -440,6 +455,9 @@ WarmupReport Executor::warmup() {
   bodies_ = std::move(bodies);
   step_execs_ = std::move(step_execs);
   flat_execs_ = std::move(flat_execs);
+  staged_execs_ = std::move(staged_execs);
+  staged_flat_execs_ = std::move(staged_flat_execs);
+  staged_ = Staged{};
   pool_.seal();
   report.pool_device_bytes = pool_.device_bytes();
   report.pool_pinned_bytes = pool_.pinned_bytes();
@@ -548,7 +566,7 @@ void Executor::submit(int block, cudaStream_t stream, RunResult& result, Launch&
   // The launch's sequence number, read by the device beside the block (the block's previous
   // readers have released it, so none of them still reads this word).
   const auto sequence = static_cast<std::uint32_t>(steps_ + 1);
-  std::atomic_ref<std::uint32_t>(release_words_[block]).store(sequence, std::memory_order_release);
+  if (block >= 0) std::atomic_ref<std::uint32_t>(release_words_[block]).store(sequence, std::memory_order_release);
   if (err == cudaSuccess) err = launch();
   const Clock::time_point t3 = timed ? Clock::now() : Clock::time_point{};
   // After a launch on a caller's stream the executor never uses that stream again (the caller may
@@ -568,14 +586,14 @@ void Executor::submit(int block, cudaStream_t stream, RunResult& result, Launch&
     result.cuda = err;
     return;
   }
-  issued_[block] = sequence;
+  if (block >= 0) issued_[block] = sequence;
   last_stream_ = stream;
   ++steps_;
 }
 
 kernels::StepLoopArgs Executor::step_loop_args(int staging) const noexcept {
   kernels::StepLoopArgs a;
-  a.staging = step_staging_[staging & 1];
+  a.staging = staging < 0 ? nullptr : step_staging_[staging & 1];
   a.state = step_state_;
   a.max_chunks = step_layout_.max_chunks;
   a.chunk_bytes = static_cast<std::size_t>(step_layout_.chunk_words) * 4;
@@ -583,7 +601,7 @@ kernels::StepLoopArgs Executor::step_loop_args(int staging) const noexcept {
   a.step_meta = step_meta_;
   a.chunk_meta = chunk_meta_;
   a.status = status_;
-  a.release = staging_release(2 + (staging & 1));
+  if (staging >= 0) a.release = staging_release(2 + (staging & 1));
   return a;
 }
 
@@ -603,6 +621,8 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
     result.bad_chunk = checked.bad_chunk;
     return refused(result, checked.status, checked.bad_request, checked);
   }
+  // This step writes a step staging block or the device step state: a staged step is gone.
+  staged_.valid = false;
   // A step of one chunk is launched as a chunk: the chunk staging block and its bucket's step body
   // behind that block's stage-in (or those kernels, eager). The same rows as the step loop's
   // first chunk, without the loop's head, WHILE, SWITCH and tail (docs/graphs.md, "Steps").
@@ -642,22 +662,88 @@ RunResult Executor::run_eager(const StepInput& step, int program, cudaStream_t s
   return launch_step(step, program, false, stream);
 }
 
-void Executor::expect_step_program(const char* what, int program) const {
+RunResult Executor::stage(const StepInput& step) noexcept {
+  RunResult result;
+  result.status = admit(0, false, step_layout_.max_chunks > 0);
+  if (result.status != RunStatus::ok) return result;
+  using Clock = std::chrono::steady_clock;
+  const bool timed = options_.time_host_phases;
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  const StepCheck checked = stager_->check(step, all_ratios_);
+  result.chunks = checked.chunks;
+  if (checked.status != RunStatus::ok) {
+    result.bad_chunk = checked.bad_chunk;
+    return refused(result, checked.status, checked.bad_request, checked);
+  }
+  // The block the next launch would take: free once every launch that read it has released it.
+  const int s = static_cast<int>(steps_ & 1);
+  staged_.valid = false;
+  if (!acquire_staging(2 + s, result)) return result;
+  std::int32_t* const block = step_staging_[s];
+  stager_->write(all_ratios_, block);
+  std::copy_n(block + kernels::StepStateWords::buckets, checked.chunks, staged_buckets_.begin());
+  staged_ = Staged{true, false, s, checked.chunks, block[kernels::StepStateWords::fast] == checked.chunks};
+  if (timed) {
+    result.phases.staging_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() - result.waited_us;
+  }
+  return result;
+}
+
+RunResult Executor::launch_staged(int program, bool graph, cudaStream_t stream) noexcept {
+  RunResult result;
+  result.status = admit(program, graph, step_layout_.max_chunks > 0);
+  if (result.status != RunStatus::ok) return result;
+  if (!staged_.valid) {
+    result.status = RunStatus::not_staged;
+    return result;
+  }
+  const detail::TraceRange range(graph ? detail::TracePhase::step_graph : detail::TracePhase::step_eager);
+  result.chunks = staged_.chunks;
+  // The first launch reads the staging block (head loads the device state and blocks, tail
+  // releases the block); a later one reads only the device state, and no block.
+  const bool load = !staged_.loaded;
+  const int s = staged_.block;
+  const auto p = static_cast<std::size_t>(program);
+  const int k = staged_.chunks;
+  const bool flat = graph && k >= 2 && k <= options_.flat_step_chunks && staged_.all_full;
+  const std::span<const int> header_buckets(staged_buckets_.data(), static_cast<std::size_t>(k));
+  submit(load ? 2 + s : -1, stream, result, [&] {
+    const auto f = static_cast<std::size_t>(k - 2);
+    if (flat) return load ? flat_execs_[p][static_cast<std::size_t>(s)][f].launch(stream) : staged_flat_execs_[p][f].launch(stream);
+    if (graph) return load ? step_execs_[p][static_cast<std::size_t>(s)].launch(stream) : staged_execs_[p].launch(stream);
+    return record_step_eager(step_loop_args(load ? s : -1), bodies_[p], header_buckets, stream);
+  });
+  if (result.ok()) {
+    staged_.loaded = true;
+    if (!load) ++staged_reruns_;
+    if (flat) ++flat_steps_;
+  }
+  return result;
+}
+
+RunResult Executor::run_staged(int program, cudaStream_t stream) noexcept { return launch_staged(program, true, stream); }
+RunResult Executor::run_staged_eager(int program, cudaStream_t stream) noexcept {
+  return launch_staged(program, false, stream);
+}
+
+void Executor::expect_step_program(const char* what, int program, int staging) const {
   SPG_EXPECTS_AS(StateError, warmed_up_, "Executor::" << what << ": warmup() has not run");
   SPG_EXPECTS_AS(StateError, step_layout_.max_chunks > 0,
                  "Executor::" << what << ": the executor has no steps (max_step_requests = 0)");
   SPG_EXPECTS(program >= 0 && program < programs(),
               "program = " << program << " must be in [0, " << programs() << ")");
+  SPG_EXPECTS(staging >= -1 && staging <= 1,
+              "staging = " << staging << " must be 0, 1 or -1 (a staged step run again)");
 }
 
 StepGraph Executor::record_step_graph(int program, int staging) const {
-  expect_step_program("record_step_graph", program);
+  expect_step_program("record_step_graph", program, staging);
   core::Stream s;
   return build_step_graph(step_loop_args(staging), bodies_.at(static_cast<std::size_t>(program)), s.get());
 }
 
 Graph Executor::record_flat_step_graph(int program, int chunks, int staging) const {
-  expect_step_program("record_flat_step_graph", program);
+  expect_step_program("record_flat_step_graph", program, staging);
   core::Stream s;
   return build_flat_step_graph(step_loop_args(staging), *bodies_.at(static_cast<std::size_t>(program)).back(), chunks,
                                s.get());

@@ -99,6 +99,10 @@ struct WarmupReport {
   /// Plain graphs for all-full steps of 2 .. flat_step_chunks chunks (programs x 2 staging blocks
   /// x (flat_step_chunks - 1); 0 without them).
   int flat_step_graphs{0};
+  /// Graphs of a staged step run again (run_staged after its first launch): per program the step
+  /// graph without a staging block, and with flat_step_chunks its flat graphs likewise
+  /// (programs x flat_step_chunks; 0 without steps).
+  int staged_step_graphs{0};
   int buckets{0};
   int programs{0};
   double eager_ms{0};                ///< one eager run of every bucket
@@ -199,13 +203,37 @@ class Executor {
     return run_eager(step, program, stream());
   }
   [[nodiscard]] RunResult run_eager(const StepInput& step, int program, cudaStream_t stream) noexcept;
-  /// Records program `program`'s step graph for staging block `staging`, as warm-up built it: for
-  /// counting its nodes. @throws StateError before warm-up or without steps; CudaError.
+  /// Stages a step once for every program (docs/graphs.md, "Staged steps"): the split, the checks
+  /// and the staging block of run(StepInput), with every program's compression ratios, and no
+  /// launch. Then run_staged(program) launches it per layer program (an engine's per-layer call)
+  /// with no host work but the launch: the first run copies the block to the device, the later
+  /// ones run what is already there. Refused as run(StepInput) refuses (result.chunks,
+  /// bad_chunk, ...; nothing written, and a step staged before stays staged); result.chunks is the
+  /// step's chunk count. Never throws, never allocates; waits only as a launch may, for a staging
+  /// block the device still reads.
+  [[nodiscard]] RunResult stage(const StepInput& step) noexcept;
+  /// Launches the staged step for `program` on `stream`, exactly as run(StepInput) would have (the
+  /// same kernels and rows; every step of two chunks or more through the step graph or, all full
+  /// within flat_step_chunks, the flat graph; a step of one chunk too, which run(StepInput)
+  /// launches as a chunk). Refused with not_staged when no step is staged: stage() accepted none
+  /// yet, or a run(StepInput) / run_eager(StepInput) the executor accepted has since replaced it
+  /// (it loads the device step state). Never throws, never allocates, never waits.
+  [[nodiscard]] RunResult run_staged(int program = 0) noexcept { return run_staged(program, stream()); }
+  [[nodiscard]] RunResult run_staged(int program, cudaStream_t stream) noexcept;
+  /// The same launched from a host loop; works with capture off too.
+  [[nodiscard]] RunResult run_staged_eager(int program = 0) noexcept { return run_staged_eager(program, stream()); }
+  [[nodiscard]] RunResult run_staged_eager(int program, cudaStream_t stream) noexcept;
+  /// Chunks of the staged step (-1: none staged).
+  [[nodiscard]] int staged_chunks() const noexcept { return staged_.valid ? staged_.chunks : -1; }
+  /// Records program `program`'s step graph for staging block `staging` (0, 1; -1: the graph of a
+  /// staged step run again, with no block), as warm-up built it: for counting its nodes.
+  /// @throws StateError before warm-up or without steps; InvalidArgument for `staging` outside
+  /// [-1, 1]; CudaError.
   [[nodiscard]] StepGraph record_step_graph(int program, int staging) const;
   /// Records program `program`'s flat step graph of `chunks` all-full chunks for staging block
-  /// `staging` (build_flat_step_graph), as warm-up built it with flat_step_chunks >= chunks.
-  /// @throws StateError before warm-up or without steps; InvalidArgument for `chunks` outside
-  /// [1, max_chunks]; CudaError.
+  /// `staging` (build_flat_step_graph; -1 as above), as warm-up built it with flat_step_chunks >=
+  /// chunks. @throws StateError before warm-up or without steps; InvalidArgument for `chunks`
+  /// outside [1, max_chunks] or `staging` outside [-1, 1]; CudaError.
   [[nodiscard]] Graph record_flat_step_graph(int program, int chunks, int staging) const;
   [[nodiscard]] const StepLayout& step_layout() const noexcept { return step_layout_; }
 
@@ -249,14 +277,17 @@ class Executor {
   [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
   /// Steps launched as a flat step graph (ExecutorOptions::flat_step_chunks).
   [[nodiscard]] std::uint64_t flat_steps() const noexcept { return flat_steps_; }
+  /// Launches of a staged step that ran what an earlier launch had loaded (no staging block read).
+  [[nodiscard]] std::uint64_t staged_reruns() const noexcept { return staged_reruns_; }
   [[nodiscard]] std::uint64_t host_waits() const noexcept { return host_waits_; }
 
  private:
   // From plan_executor(config, options) with the same options. A reference, so that the public
   // constructor's plan_executor(config, options) reads the options before they are moved from.
   Executor(ExecutorPlan plan, ExecutorOptions&& options);
-  // The record_*step_graph inspections' preconditions: warmed up, with steps, a valid program.
-  void expect_step_program(const char* what, int program) const;
+  // The record_*step_graph inspections' preconditions: warmed up, with steps, a valid program and
+  // staging block.
+  void expect_step_program(const char* what, int program, int staging) const;
 
   struct Entry {
     std::unique_ptr<Pipeline> pipeline;
@@ -272,6 +303,7 @@ class Executor {
   [[nodiscard]] RunStatus admit(int program, bool graph, bool ready) const noexcept;
   RunResult launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept;
   RunResult launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept;
+  RunResult launch_staged(int program, bool graph, cudaStream_t stream) noexcept;
   /// A chunk that passed its checks, with result.bucket set: the chunk staging block, then its
   /// bucket's chunk graph (or its kernels), or with `step_rows` its bucket's step body with that
   /// block's stage-in (a step of one chunk); `t0` is when the call began (time_host_phases).
@@ -281,11 +313,13 @@ class Executor {
   // The replay path's shared parts (docs/graphs.md, "The staging hazard"): wait until staging
   // block `block` (0, 1: chunk blocks; 2, 3: step blocks) is released by every launch that read
   // it; order the launch after the last one when the stream changes, write the block's sequence
-  // number, launch and count the step.
+  // number (block -1: a launch that reads no staging block), launch and count the step.
   bool acquire_staging(int block, RunResult& result) noexcept;
   template <class Launch>
   void submit(int block, cudaStream_t stream, RunResult& result, Launch&& launch) noexcept;
   [[nodiscard]] kernels::StagingRelease staging_release(int block) const noexcept;
+  /// The step loop's pointers for step staging block `staging` (0, 1), or for a staged step run
+  /// again (-1: no staging block, no release).
   kernels::StepLoopArgs step_loop_args(int staging) const noexcept;
   PipelineBuffers pipeline_buffers() const noexcept;
 
@@ -326,10 +360,25 @@ class Executor {
   std::vector<std::array<GraphExec, 2>> step_execs_;
   // [program][staging block][chunks - 2]: the flat step graphs of all-full steps.
   std::vector<std::array<std::vector<GraphExec>, 2>> flat_execs_;
+  // A staged step run again: [program] its step graph, [program][chunks - 2] its flat graphs.
+  std::vector<GraphExec> staged_execs_;
+  std::vector<std::vector<GraphExec>> staged_flat_execs_;
+  int all_ratios_{0};  // every program's ratios: what stage() checks and stages
+  // The staged step: which step staging block holds it, and whether a launch has loaded it into
+  // the device step state and blocks (later launches run it from there).
+  struct Staged {
+    bool valid{false};
+    bool loaded{false};
+    int block{0};
+    int chunks{0};
+    bool all_full{false};  // every chunk on the largest bucket (the flat graphs' steps)
+  } staged_;
+  std::vector<int> staged_buckets_;  // the staged header's buckets, for the eager runs (sized at construction)
   void* attention_workspace_{nullptr};
   bool warmed_up_{false};
   std::uint64_t steps_{0};
   std::uint64_t flat_steps_{0};
+  std::uint64_t staged_reruns_{0};
   std::uint64_t host_waits_{0};
 };
 

@@ -10,6 +10,7 @@ enum class RunStatus {
   bad_program,     ///< no such program
   not_warmed_up,   ///< warmup() has not run (or capture was disabled for run(), or the executor has no steps)
   cuda_error,      ///< a CUDA call failed; see RunResult::cuda
+  not_staged,      ///< run_staged(): no step staged (stage() has not accepted one, or a run(StepInput) replaced it)
 };
 
 [[nodiscard]] const char* run_status_name(RunStatus s) noexcept;

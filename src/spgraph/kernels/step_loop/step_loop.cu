@@ -24,11 +24,12 @@ int chunk_vectors(const StepLoopArgs& a) noexcept { return static_cast<int>(a.ch
 }  // namespace
 
 void StepLoop::can_implement(const StepLoopArgs& a) {
-  SPG_EXPECTS(a.staging != nullptr && a.state != nullptr && a.chunk_meta != nullptr && a.status != nullptr &&
-                  a.step_meta != nullptr,
-              "StepLoop: staging, state, step_meta, chunk_meta and status must not be null");
+  SPG_EXPECTS(a.state != nullptr && a.chunk_meta != nullptr && a.status != nullptr && a.step_meta != nullptr,
+              "StepLoop: state, step_meta, chunk_meta and status must not be null");
   SPG_EXPECTS(aligned(a.staging, 16) && aligned(a.state, 16) && aligned(a.chunk_meta, 16) && aligned(a.step_meta, 16),
               "StepLoop: staging, state, step_meta and chunk_meta must be 16-byte aligned");
+  SPG_EXPECTS(a.staging != nullptr || a.release.released == nullptr,
+              "StepLoop: a release needs a staging block (a staged step run again has none)");
   SPG_EXPECTS(a.max_chunks >= 0, "StepLoop: max_chunks = " << a.max_chunks << " must be at least 0");
   SPG_EXPECTS(a.header_words == StepStateWords::header_words(a.max_chunks),
               "StepLoop: header_words = " << a.header_words << " must be " << StepStateWords::header_words(a.max_chunks));
@@ -41,10 +42,12 @@ void StepLoop::can_implement(const StepLoopArgs& a) {
 
 cudaError_t StepLoop::run_head(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept {
   const int vectors = chunk_vectors(a);
-  const int ctas = ctas_for(std::int64_t{a.max_chunks} * vectors / detail::kStepCopyUnroll, kHeadMaxCtas);
-  detail::step_head_kernel<<<ctas, detail::kStepCopyThreads, 0, stream>>>(
-      a.staging, a.state, a.status, reinterpret_cast<const uint4*>(a.staging + a.header_words),
-      static_cast<uint4*>(a.step_meta), vectors, c);
+  // Without a staging block (a staged step run again) head copies nothing: one CTA.
+  const int ctas =
+      a.staging == nullptr ? 1 : ctas_for(std::int64_t{a.max_chunks} * vectors / detail::kStepCopyUnroll, kHeadMaxCtas);
+  const uint4* const chunks = a.staging == nullptr ? nullptr : reinterpret_cast<const uint4*>(a.staging + a.header_words);
+  detail::step_head_kernel<<<ctas, detail::kStepCopyThreads, 0, stream>>>(a.staging, a.state, a.status, chunks,
+                                                                          static_cast<uint4*>(a.step_meta), vectors, c);
   return cudaGetLastError();
 }
 

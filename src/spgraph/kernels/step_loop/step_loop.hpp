@@ -7,7 +7,8 @@
 // head folds the previous step's fault counters, copies the step header (chunk count, the count of
 // leading chunks the host put on the largest bucket, each chunk's bucket) into the device step
 // state and every chunk's metadata block from the pinned staging block into the device step blocks
-// (the only reads of pinned memory in a step), and opens the first loop when there is a leading
+// (the only reads of pinned memory in a step; a staged step run again has none, its state and
+// blocks are still on the device), and opens the first loop when there is a leading
 // chunk, the second when there are more. next_fast, once per leading chunk, and next, once per
 // chunk after them, copy that chunk's block from the device step blocks to the device metadata
 // block the layers read and advance the state; next also selects the chunk's bucket body. So a
@@ -43,7 +44,10 @@ struct StepStateWords {
 
 /// @brief Where the loop's kernels read and write; fixed for the life of the executor.
 struct StepLoopArgs {
-  const std::int32_t* staging{nullptr};  ///< the step staging block: header, then the chunks' metadata blocks
+  /// The step staging block: header, then the chunks' metadata blocks. Null: the step a launch
+  /// before loaded into `state` and `step_meta` runs again (a staged step, Executor::run_staged);
+  /// head then only resets the loop's position, and there is no block to release.
+  const std::int32_t* staging{nullptr};
   std::int32_t* state{nullptr};          ///< device step state (header_words(max_chunks) words)
   int max_chunks{0};
   std::size_t chunk_bytes{0};            ///< one chunk's metadata block (a multiple of 16)
@@ -71,7 +75,8 @@ struct StepLoop {
   static void can_implement(const StepLoopArgs& a);
   /// head: fault fold, header copy, every chunk's block from staging to step_meta, fast_loop
   /// opened when fast > 0 and loop when count > fast. A grid sized for max_chunks blocks; CTAs
-  /// past the step's blocks copy nothing.
+  /// past the step's blocks copy nothing. Without a staging block: the fold, the loop's position
+  /// reset and the conditionals from the state already there, in one CTA.
   static cudaError_t run_head(const StepLoopArgs& a, const StepConditionals& c, cudaStream_t stream) noexcept;
   /// next: current = next++, step block `current` to chunk_meta, select = buckets[current],
   /// loop = next < count. A few CTAs; the last to finish its part of the copy advances the state.

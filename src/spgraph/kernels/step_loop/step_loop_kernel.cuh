@@ -38,6 +38,22 @@ __global__ void __launch_bounds__(kStepCopyThreads)
     step_head_kernel(const std::int32_t* __restrict__ staging, std::int32_t* __restrict__ state, StatusBlock* status,
                      const uint4* __restrict__ chunks, uint4* __restrict__ step_meta, int vectors,
                      StepConditionals c) {
+  if (staging == nullptr) {
+    // A staged step run again (Executor::run_staged): the state and the step blocks still hold it,
+    // from the launch that loaded it. Only the loop's position is reset. One thread.
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    fold_step_faults(status);
+    const int count = state[W::count];
+    const int fast = state[W::fast];
+    state[W::next] = 0;
+    state[W::current] = 0;
+    state[W::arrived] = 0;
+    if (c.set) {
+      cudaGraphSetConditional(c.fast_loop, fast > 0 ? 1U : 0U);
+      cudaGraphSetConditional(c.loop, count > fast ? 1U : 0U);
+    }
+    return;
+  }
   // The host checked the count against max_chunks: staging holds what it wrote. One read over the
   // bus a CTA.
   __shared__ int s_count;
