@@ -7,7 +7,8 @@ runs) and re-runs itself with it preloaded, then times ``Executor.run`` on a sch
 the Python class and through the extension's method directly, with ``time_host_phases``: the call's
 p50, the p50 of the C++ phases (staging, launch, record) and of the call minus them, which is the
 Python and binding part; then ``Executor.run_step`` over the scheduler's steps (8192-token budget, at
-most 16 chunks a step) as StepPlans. Under the stub the CUDA calls cost nothing, so the phases are the C++ host
+most 16 chunks a step) as StepPlans, and the per-layer form of a staged step (stage_step once a step,
+run_staged per layer program). Under the stub the CUDA calls cost nothing, so the phases are the C++ host
 logic alone; on a GPU cudaGraphLaunch and the event record add the driver's time (docs/benchmarks.md).
 
   PYTHONPATH=build/python python3 scripts/python_host_overhead.py [--chunks N] [--repeats N]
@@ -129,6 +130,20 @@ def measure(o) -> int:
         per_step = sum(len(st.chunks) for st in steps) / len(steps)
         print(f"{layers:2d} layer(s) {'Executor.run_step':26s} {call_us:9.2f} {phases_us:11.2f} {outside_us:8.2f}"
               f"  ({per_step:.1f} chunks a step)")
+        del ex
+        # Staged steps, the per-layer form: one program per layer, each step staged once
+        # (stage_step) and run per program (run_staged: every run after the first a rerun).
+        ex = spgraph.Executor(c, time_host_phases=True, max_step_requests=64, max_step_tokens=8192,
+                              programs=[[l] for l in range(layers)])
+        ex.warmup()
+        stage_us, stage_phases, stage_outside = timed(ex.stage_step, steps, o.repeats)
+        print(f"{layers:2d} layer(s) {'Executor.stage_step':26s} {stage_us:9.2f} {stage_phases:11.2f} "
+              f"{stage_outside:8.2f}  (once a step)")
+        ex.stage_step(steps[0], check=True)
+        runs = [p for p in range(layers)] * max(1, 200 // layers)
+        call_us, phases_us, outside_us = timed(lambda p: ex.run_staged(None, p), runs, o.repeats)
+        print(f"{layers:2d} layer(s) {'Executor.run_staged':26s} {call_us:9.2f} {phases_us:11.2f} {outside_us:8.2f}"
+              f"  (per layer call)")
         del ex
     return 0
 

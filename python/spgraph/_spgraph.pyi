@@ -141,7 +141,7 @@ class RunResult:
 
     @property
     def status(self) -> str:
-        """'ok', 'no_bucket', 'bad_chunk', 'bad_program', 'not_warmed_up' or 'cuda_error'."""
+        """'ok', 'no_bucket', 'bad_chunk', 'bad_program', 'not_warmed_up', 'cuda_error' or 'not_staged'."""
     @property
     def message(self) -> str:
         """The status in words."""
@@ -206,6 +206,12 @@ class Executor:
         """Every request of a step in one launch of the step graph on `stream` (None: the executor's stream); a RunResult with `chunks`."""
     def run_step_eager(self, step: Any, stream: Optional[Any] = None, program: int = 0, check: bool = False) -> RunResult:
         """The same step launched from a host loop, chunk by chunk; a RunResult."""
+    def stage_step(self, step: Any, check: bool = False) -> RunResult:
+        """Checks and stages a step once for every program, launching nothing; a RunResult with `chunks`."""
+    def run_staged(self, stream: Optional[Any] = None, program: int = 0, check: bool = False) -> RunResult:
+        """Launches the staged step for `program` on `stream` (None: the executor's stream); a RunResult."""
+    def run_staged_eager(self, stream: Optional[Any] = None, program: int = 0, check: bool = False) -> RunResult:
+        """The staged step launched from a host loop; a RunResult."""
     def synchronize(self) -> None:
         """Waits for every submitted step."""
     def read_status(self) -> Dict[str, Any]:
@@ -247,6 +253,12 @@ class Executor:
     @property
     def flat_steps(self) -> int:
         """Steps launched as a flat step graph (the option flat_step_chunks)."""
+    @property
+    def staged_chunks(self) -> int:
+        """Chunks of the staged step (-1: none staged)."""
+    @property
+    def staged_reruns(self) -> int:
+        """Launches of a staged step that ran what an earlier launch had loaded."""
     @property
     def host_waits(self) -> int:
         """Launches that waited for the device to release a staging block."""

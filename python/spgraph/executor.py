@@ -172,7 +172,8 @@ class Executor(_C.Executor):
 
     An executor is not thread-safe: one thread at a time (a second gets RuntimeError). Methods:
     :meth:`warmup`, ``run(chunk, stream=None, program=0, check=False)``, ``run_eager(...)``,
-    :meth:`run_step`, :meth:`run_step_eager`, ``synchronize()``, ``read_status()``,
+    :meth:`run_step`, :meth:`run_step_eager`, :meth:`stage_step`, :meth:`run_staged`,
+    :meth:`run_staged_eager`, ``synchronize()``, ``read_status()``,
     :meth:`layer`, :meth:`workspace`, :meth:`pool`. ``run``, ``run_eager``, ``run_step`` and
     ``run_step_eager`` return a :class:`RunResult` and raise only on misuse (a chunk or step that
     cannot be read: TypeError/ValueError), never for a refused step unless ``check=True``
@@ -225,6 +226,42 @@ class Executor(_C.Executor):
         """:meth:`run_step` launched from a host loop (per chunk its kernels), for comparison;
         works with ``capture=False`` too."""
         return _C.Executor.run_step_eager(self, step, stream, program, check)
+
+    def stage_step(self, step: Any, check: bool = False) -> RunResult:
+        """Stages a step once for every program, launching nothing (docs/graphs.md, "Staged steps").
+
+        The split, the checks and the staging of :meth:`run_step`, with every program's
+        compression ratios (so a step one program could run may be refused: ``bad_chunk``
+        naming ``compressed_blocks``). Then :meth:`run_staged` launches it for each layer
+        program, an engine's per-layer call, with no host work but the launch. A refused step
+        writes nothing and a step staged before stays staged.
+
+        Args:
+            step: as :meth:`run_step` takes it.
+            check: raise :class:`RunError` for a refused step instead of returning it.
+
+        Returns:
+            A :class:`RunResult`; ``chunks`` is the number of chunks the step splits into.
+        """
+        return _C.Executor.stage_step(self, step, check)
+
+    def run_staged(self, stream: Any = None, program: int = 0, check: bool = False) -> RunResult:
+        """Launches the staged step for ``program``: the same kernels and rows as
+        :meth:`run_step` of that step. The first launch after :meth:`stage_step` copies the
+        step to the device; every later one runs what is already there (``staged_reruns``
+        counts them). ``not_staged`` when no step is staged: :meth:`stage_step` has accepted
+        none, or an accepted :meth:`run_step` / :meth:`run_step_eager` has since replaced it.
+
+        Args:
+            stream: None (the executor's stream), an int handle or a stream object.
+            program: the layer program.
+            check: raise :class:`RunError` for a refusal instead of returning it.
+        """
+        return _C.Executor.run_staged(self, stream, program, check)
+
+    def run_staged_eager(self, stream: Any = None, program: int = 0, check: bool = False) -> RunResult:
+        """:meth:`run_staged` launched from a host loop; works with ``capture=False`` too."""
+        return _C.Executor.run_staged_eager(self, stream, program, check)
 
     def layer(self, layer: int) -> LayerBuffers:
         """Every buffer of layer ``layer``, bound or pooled, as zero-copy views (None where the

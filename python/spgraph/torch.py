@@ -364,8 +364,8 @@ except ImportError:  # pragma: no cover - older or CPU-only builds
 
 class Executor(_executor.Executor):
     """:class:`spgraph.Executor` for PyTorch: views are torch tensors (zero-copy, each keeping the
-    executor alive) and ``run(chunk)`` / ``run_eager(chunk)`` (``run_step(step)`` / ``run_step_eager(step)``
-    likewise) launch on ``torch.cuda.current_stream()`` of the executor's device unless a stream is given (a
+    executor alive) and ``run(chunk)`` / ``run_eager(chunk)`` (``run_step(step)`` / ``run_step_eager(step)`` and
+    ``run_staged()`` / ``run_staged_eager()`` likewise) launch on ``torch.cuda.current_stream()`` of the executor's device unless a stream is given (a
     ``torch.cuda.Stream``, an int handle). Writes of q, top-k and the K rows made on the current
     stream before ``run`` are therefore ordered before the step, and the outputs are ready in the
     current stream's order after it (docs/graphs.md, "The caller's stream").
@@ -395,3 +395,13 @@ class Executor(_executor.Executor):
         """The same step launched from a host loop on ``stream`` (default: the current torch stream)."""
         return _C.Executor.run_step_eager(self, step, _raw_stream(self.device) if stream is None else stream,
                                           program, check)
+
+    def run_staged(self, stream=None, program: int = 0, check: bool = False):
+        """The staged step (:meth:`spgraph.Executor.stage_step`) for ``program`` on ``stream`` (default:
+        the current torch stream); a RunResult (see :meth:`spgraph.Executor.run_staged`)."""
+        return _C.Executor.run_staged(self, _raw_stream(self.device) if stream is None else stream, program, check)
+
+    def run_staged_eager(self, stream=None, program: int = 0, check: bool = False):
+        """The staged step launched from a host loop on ``stream`` (default: the current torch stream)."""
+        return _C.Executor.run_staged_eager(self, _raw_stream(self.device) if stream is None else stream, program,
+                                            check)

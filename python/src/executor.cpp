@@ -34,23 +34,26 @@ const char* status_key(graphs::RunStatus s) noexcept {
     case graphs::RunStatus::bad_program: return "bad_program";
     case graphs::RunStatus::not_warmed_up: return "not_warmed_up";
     case graphs::RunStatus::cuda_error: return "cuda_error";
+    case graphs::RunStatus::not_staged: return "not_staged";
   }
   return "unknown";
 }
 
 /// A run's RunResult with its bucket's shape (R_bucket, T_bucket: -1 without a bucket); `step`
-/// for run_step()'s (a whole step), `no_steps` when that executor has no step options.
+/// for run_step()'s (a whole step), `call` naming a stage_step() / run_staged() one, `no_steps`
+/// when that executor has no step options.
 struct StepResult {
   graphs::RunResult r;
   int r_bucket{-1};
   int t_bucket{-1};
   bool step{false};
+  const char* call{nullptr};
   bool no_steps{false};
 };
 
 std::string describe(const StepResult& s) {
-  std::string m = std::string(s.step ? "run_step: " : "run: ") + status_key(s.r.status) + ": " +
-                  graphs::run_status_name(s.r.status);
+  const char* call = s.call != nullptr ? s.call : s.step ? "run_step" : "run";
+  std::string m = std::string(call) + ": " + status_key(s.r.status) + ": " + graphs::run_status_name(s.r.status);
   // bad_chunk, and a step over its maxima (no_bucket naming step.requests / step.tokens).
   const bool over_step = s.r.status == graphs::RunStatus::no_bucket && s.r.bad_field != nullptr;
   if (s.r.status == graphs::RunStatus::bad_chunk || over_step) {
@@ -70,8 +73,7 @@ std::string describe(const StepResult& s) {
     m += std::string(" (") + cudaGetErrorName(s.r.cuda) + ": " + cudaGetErrorString(s.r.cuda) + ")";
   } else if (s.r.status == graphs::RunStatus::not_warmed_up) {
     m += s.no_steps ? " (the executor has no steps: give it max_step_requests and max_step_tokens)"
-                    : s.step ? " (call warmup() first; run_step() also needs capture=True)"
-                             : " (call warmup() first; run() also needs capture=True)";
+                    : " (call warmup() first; " + std::string(call) + "() also needs capture=True)";
   }
   return m;
 }
@@ -234,6 +236,7 @@ class Executor {
     d["step_graphs"] = w.step_graphs;
     d["one_chunk_step_graphs"] = w.one_chunk_step_graphs;
     d["flat_step_graphs"] = w.flat_step_graphs;
+    d["staged_step_graphs"] = w.staged_step_graphs;
     d["buckets"] = w.buckets;
     d["programs"] = w.programs;
     d["eager_ms"] = w.eager_ms;
@@ -279,6 +282,41 @@ class Executor {
       out.r = eager ? ex_->run_eager(input, program, s) : ex_->run(input, program, s);
     }
     step_reader_->release();
+    out.no_steps = out.r.status == graphs::RunStatus::not_warmed_up && ex_->step_layout().max_chunks == 0;
+    if (check && !out.r.ok()) raise_run_error(out);
+    return out;
+  }
+
+  /// graphs::Executor::stage: the step read as run_step() reads it, checked and staged, no launch.
+  StepResult stage_step(nb::handle step, bool check) {
+    BusyGuard busy(busy_);
+    const graphs::StepInput& input = step_reader_->read_step(step);
+    StepResult out;
+    out.step = true;
+    out.call = "stage_step";
+    {
+      const nb::gil_scoped_release release;
+      const DeviceScope scope(device_);
+      out.r = ex_->stage(input);
+    }
+    step_reader_->release();
+    out.no_steps = out.r.status == graphs::RunStatus::not_warmed_up && ex_->step_layout().max_chunks == 0;
+    if (check && !out.r.ok()) raise_run_error(out);
+    return out;
+  }
+
+  /// graphs::Executor::run_staged / run_staged_eager: the staged step for `program`.
+  StepResult run_staged(nb::handle stream, int program, bool check, bool eager) {
+    BusyGuard busy(busy_);
+    const cudaStream_t s = stream_arg(stream, ex_->stream());
+    StepResult out;
+    out.step = true;
+    out.call = eager ? "run_staged_eager" : "run_staged";
+    {
+      const nb::gil_scoped_release release;
+      const DeviceScope scope(device_);
+      out.r = eager ? ex_->run_staged_eager(program, s) : ex_->run_staged(program, s);
+    }
     out.no_steps = out.r.status == graphs::RunStatus::not_warmed_up && ex_->step_layout().max_chunks == 0;
     if (check && !out.r.ok()) raise_run_error(out);
     return out;
@@ -438,7 +476,7 @@ void bind_executor(nb::module_& m) {
                          "What one Executor.run() / run_eager() / run_step() / run_step_eager() reported (never "
                          "raised unless check=True).")
       .def_prop_ro("status", [](const StepResult& s) { return status_key(s.r.status); },
-                   "'ok', 'no_bucket', 'bad_chunk', 'bad_program', 'not_warmed_up' or 'cuda_error'.")
+                   "'ok', 'no_bucket', 'bad_chunk', 'bad_program', 'not_warmed_up', 'cuda_error' or 'not_staged'.")
       .def_prop_ro("message", [](const StepResult& s) { return describe(s); }, "The status in words.")
       .def_prop_ro("ok", [](const StepResult& s) { return s.r.ok(); }, "status == 'ok'.")
       .def_prop_ro("bucket", [](const StepResult& s) { return s.r.bucket; }, "Index of the bucket run: run(), and run_step() of one chunk (-1: none, or a step of several chunks).")
@@ -522,6 +560,22 @@ void bind_executor(nb::module_& m) {
           },
           "step"_a, "stream"_a.none() = nb::none(), "program"_a = 0, "check"_a = false,
           "The same step launched from a host loop, chunk by chunk; a RunResult.")
+      .def("stage_step", &Executor::stage_step, "step"_a, "check"_a = false,
+           "Checks and stages a step once for every program, launching nothing; a RunResult with `chunks`.")
+      .def(
+          "run_staged",
+          [](Executor& ex, nb::handle stream, int program, bool check) {
+            return ex.run_staged(stream, program, check, false);
+          },
+          "stream"_a.none() = nb::none(), "program"_a = 0, "check"_a = false,
+          "Launches the staged step for `program` on `stream` (None: the executor's stream); a RunResult.")
+      .def(
+          "run_staged_eager",
+          [](Executor& ex, nb::handle stream, int program, bool check) {
+            return ex.run_staged(stream, program, check, true);
+          },
+          "stream"_a.none() = nb::none(), "program"_a = 0, "check"_a = false,
+          "The staged step launched from a host loop; a RunResult.")
       .def("synchronize", &Executor::synchronize, "Waits for every submitted step.")
       .def("read_status", &Executor::read_status,
            "The last completed step's fault counts (waits for it): {kind: count, 'first': ..., 'total': n}.")
@@ -564,6 +618,10 @@ void bind_executor(nb::module_& m) {
       .def_prop_ro("steps", [](const Executor& ex) { return ex.ex().steps(); }, "Steps launched so far.")
       .def_prop_ro("flat_steps", [](const Executor& ex) { return ex.ex().flat_steps(); },
                    "Steps launched as a flat step graph (the option flat_step_chunks).")
+      .def_prop_ro("staged_chunks", [](const Executor& ex) { return ex.ex().staged_chunks(); },
+                   "Chunks of the staged step (-1: none staged).")
+      .def_prop_ro("staged_reruns", [](const Executor& ex) { return ex.ex().staged_reruns(); },
+                   "Launches of a staged step that ran what an earlier launch had loaded.")
       .def_prop_ro("host_waits", [](const Executor& ex) { return ex.ex().host_waits(); },
                    "Launches that waited for the device to release a staging block.");
 

@@ -6,6 +6,8 @@
   row of every layer's out / lse / max_logits, NaN-poisoned before each run, and every cache, bit
   for bit), graph (replayed twice) and eager, steps of different sizes alternating, for two
   programs; the step spelled as lists, NumPy arrays or a dict reads alike;
+* a staged step (stage_step once, run_staged per program) equals run_step of each program, its
+  first launch and its reruns, graph and eager, flat or not; an accepted run_step replaces it;
 * a step of no requests launches and writes nothing, graph and eager;
 * zero CUDA allocation calls (CUPTI) and zero torch allocator growth over many run_step calls of
   varying size, scheduler StepPlans and spelled steps;
@@ -296,6 +298,38 @@ def test_an_all_full_step_runs_its_flat_graph_bit_for_bit():
             diff = same(got, want)
             assert diff is None, f"k = {k}, {'all full' if full else 'not all full'}: {diff}"
             assert rig.ex.flat_steps == before + (1 if full and len(chunks) <= 8 else 0)
+    assert rig.ex.read_status()["total"] == 0
+
+
+def test_a_staged_step_runs_each_program_as_run_step_does():
+    # stage_step once, then run_staged per program (an engine's per-layer calls): the first launch
+    # loads the step, the later ones run what the device holds; each equals run_step of that program.
+    config = step_config()
+    rig = StepRig(config, seed=37, flat_step_chunks=4)
+    assert rig.report["staged_step_graphs"] == rig.report["programs"] * 4
+    rng = random.Random(21)
+    T = config.max_tokens
+    reruns = 0
+    for k in (1, 3, 4, 9):
+        step = make_step(config, [T] * k, rng) if k in (3, 4) else step_of(config, k, rng)  # 3, 4: flat
+        want = [rig.run_step(step, p, eager=False)[1] for p in (0, 1)]
+        r = rig.ex.stage_step(step, check=True)
+        assert (r.status, r.chunks, rig.ex.staged_chunks) == ("ok", k, k)
+        for i, (p, eager) in enumerate(((1, False), (0, False), (1, False), (0, True))):
+            rig.restore()
+            rig.poison()
+            r = (rig.ex.run_staged_eager if eager else rig.ex.run_staged)(program=p)
+            assert r.ok and r.chunks == k, r.message
+            diff = same(rig.state(), want[p])
+            assert diff is None, f"k = {k}, run {i} (program {p}{', eager' if eager else ''}): {diff}"
+            reruns += i > 0
+        assert rig.ex.staged_reruns == reruns
+    # An accepted run_step replaces the staged step.
+    assert rig.ex.run_step(step).ok
+    r = rig.ex.run_staged()
+    assert r.status == "not_staged" and rig.ex.staged_chunks == -1
+    with pytest.raises(spgraph.RunError, match="run_staged: not_staged"):
+        rig.ex.run_staged(check=True)
     assert rig.ex.read_status()["total"] == 0
 
 
