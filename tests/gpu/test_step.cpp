@@ -42,9 +42,10 @@ model::PipelineConfig step_program() {
   return c;
 }
 
-graphs::ExecutorOptions step_options(bool capture = true) {
+graphs::ExecutorOptions step_options(bool capture = true, int flat_step_chunks = 0) {
   graphs::ExecutorOptions o;
   o.capture = capture;
+  o.flat_step_chunks = flat_step_chunks;
   o.programs = {{0, 1, 2}, {2}};
   o.max_step_requests = kStepRequests;
   o.max_step_tokens = kStepTokens;
@@ -497,9 +498,7 @@ TEST_CASE("an all-full step within flat_step_chunks launches one plain graph of 
           "chunks one by one", "[gpu][step]") {
   const model::PipelineConfig cfg = step_program();
   constexpr int kFlat = 12;
-  graphs::ExecutorOptions o = step_options();
-  o.flat_step_chunks = kFlat;
-  graphs::Executor ex(cfg, o);
+  graphs::Executor ex(cfg, step_options(true, kFlat));
   const graphs::WarmupReport report = ex.warmup();
   CHECK(report.flat_step_graphs == 2 * ex.programs() * (kFlat - 1));
   // The flat graph holds head, tail and per chunk next and the largest body's layers, no
@@ -567,9 +566,7 @@ TEST_CASE("a staged step runs for each program as run(StepInput) does, bit for b
           "block, every later run from the device state alone", "[gpu][step]") {
   const model::PipelineConfig cfg = step_program();
   constexpr int kFlat = 6;
-  graphs::ExecutorOptions o = step_options();
-  o.flat_step_chunks = kFlat;
-  graphs::Executor ex(cfg, o);
+  graphs::Executor ex(cfg, step_options(true, kFlat));
   const graphs::WarmupReport report = ex.warmup();
   CHECK(report.staged_step_graphs == ex.programs() * kFlat);  // the step graph and kFlat - 1 flat ones each
   StepStart at(ex, 31);
