@@ -257,7 +257,6 @@ Executor::Executor(ExecutorPlan plan, ExecutorOptions&& options)
     }
     for (int staging = -1; staging < 2; ++staging) kernels::StepLoop::can_implement(step_loop_args(staging));
     for (int mask : program_ratios_) all_ratios_ |= mask;
-    staged_buckets_.resize(static_cast<std::size_t>(step_layout_.max_chunks));
     stager_ = std::make_unique<StepStager>(config_, step_layout_, buckets_, encoder_);
   }
   SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
@@ -383,10 +382,8 @@ WarmupReport Executor::warmup() {
     SPG_CUDA_TRY(cudaStreamSynchronize(stream()));
     report.capture_ms = ms_since(t0);
   }
-  std::vector<std::array<GraphExec, 2>> step_execs;
-  std::vector<std::array<std::vector<GraphExec>, 2>> flat_execs;
-  std::vector<GraphExec> staged_execs;
-  std::vector<std::vector<GraphExec>> staged_flat_execs;
+  std::vector<std::array<GraphExec, kStepGraphSlots>> step_execs;
+  std::vector<std::array<std::vector<GraphExec>, kStepGraphSlots>> flat_execs;
   if (step_layout_.max_chunks > 0) {
     // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's
     // body, then every body once on that chunk's metadata.
@@ -402,37 +399,27 @@ WarmupReport Executor::warmup() {
     block[kernels::StepStateWords::count] = 0;
     if (options_.capture) {
       const auto t1 = std::chrono::steady_clock::now();
+      // Per program and staging slot (the two step staging blocks, then a staged step run again
+      // over the device state): the step graph, and the plain graphs of all-full steps of
+      // 2 .. flat_step_chunks chunks (the largest body's).
       step_execs.resize(programs_.size());
+      flat_execs.resize(programs_.size());
+      const int flat_graphs = options_.flat_step_chunks > 0 ? options_.flat_step_chunks - 1 : 0;
       for (std::size_t p = 0; p < programs_.size(); ++p) {
-        for (int s = 0; s < 2; ++s) {
-          const StepGraph g = build_step_graph(step_loop_args(s), bodies[p], stream());
-          step_execs[p][static_cast<std::size_t>(s)] = GraphExec::instantiate(g.graph, stream());
-          ++report.step_graphs;
-        }
-      }
-      // All-full steps of 2 .. flat_step_chunks chunks: plain graphs of the largest body.
-      if (options_.flat_step_chunks > 0) {
-        flat_execs.resize(programs_.size());
-        for (std::size_t p = 0; p < programs_.size(); ++p) {
-          for (int s = 0; s < 2; ++s) {
-            for (int k = 2; k <= options_.flat_step_chunks; ++k) {
-              const Graph g = build_flat_step_graph(step_loop_args(s), *bodies[p].back(), k, stream());
-              flat_execs[p][static_cast<std::size_t>(s)].push_back(GraphExec::instantiate(g, stream()));
-              ++report.flat_step_graphs;
-            }
+        for (const int staging : {0, 1, -1}) {
+          const std::size_t slot = step_graph_slot(staging);
+          const kernels::StepLoopArgs args = step_loop_args(staging);
+          step_execs[p][slot] = GraphExec::instantiate(build_step_graph(args, bodies[p], stream()).graph, stream());
+          for (int k = 2; k <= options_.flat_step_chunks; ++k) {
+            flat_execs[p][slot].push_back(
+                GraphExec::instantiate(build_flat_step_graph(args, *bodies[p].back(), k, stream()), stream()));
           }
-        }
-      }
-      // A staged step run again: the same graphs over the device state, without a staging block.
-      staged_execs.resize(programs_.size());
-      staged_flat_execs.resize(programs_.size());
-      for (std::size_t p = 0; p < programs_.size(); ++p) {
-        staged_execs[p] = GraphExec::instantiate(build_step_graph(step_loop_args(-1), bodies[p], stream()).graph, stream());
-        ++report.staged_step_graphs;
-        for (int k = 2; k <= options_.flat_step_chunks; ++k) {
-          const Graph g = build_flat_step_graph(step_loop_args(-1), *bodies[p].back(), k, stream());
-          staged_flat_execs[p].push_back(GraphExec::instantiate(g, stream()));
-          ++report.staged_step_graphs;
+          if (staging < 0) {
+            report.staged_step_graphs += 1 + flat_graphs;
+          } else {
+            ++report.step_graphs;
+            report.flat_step_graphs += flat_graphs;
+          }
         }
       }
       // Steps of one chunk: every body behind the chunk staging block's stage-in.
@@ -455,8 +442,6 @@ WarmupReport Executor::warmup() {
   bodies_ = std::move(bodies);
   step_execs_ = std::move(step_execs);
   flat_execs_ = std::move(flat_execs);
-  staged_execs_ = std::move(staged_execs);
-  staged_flat_execs_ = std::move(staged_flat_execs);
   staged_ = Staged{};
   pool_.seal();
   report.pool_device_bytes = pool_.device_bytes();
@@ -635,21 +620,7 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
   if (!acquire_staging(2 + s, result)) return result;
   stager_->write(mask, step_staging_[s]);
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
-  const std::vector<const Pipeline*>& bodies = bodies_[static_cast<std::size_t>(program)];
-  // Eager, the bodies the header names, as the step graph runs them (its first loop's included).
-  const std::span<const int> header_buckets(step_staging_[s] + kernels::StepStateWords::buckets,
-                                            static_cast<std::size_t>(checked.chunks));
-  // An all-full step (every chunk on the largest bucket: the first loop's whole) within
-  // flat_step_chunks launches its plain graph; any other the step graph.
-  const bool flat = graph && checked.chunks >= 2 && checked.chunks <= options_.flat_step_chunks &&
-                    step_staging_[s][kernels::StepStateWords::fast] == checked.chunks;
-  submit(2 + s, stream, result, [&] {
-    const std::size_t p = static_cast<std::size_t>(program);
-    if (flat) return flat_execs_[p][static_cast<std::size_t>(s)][static_cast<std::size_t>(checked.chunks - 2)].launch(stream);
-    return graph ? step_execs_[p][static_cast<std::size_t>(s)].launch(stream)
-                 : record_step_eager(step_loop_args(s), bodies, header_buckets, stream);
-  });
-  if (flat && result.ok()) ++flat_steps_;
+  submit_step(program, s, /*rerun=*/false, graph, stream, result);
   // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
   if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;
   return result;
@@ -681,8 +652,7 @@ RunResult Executor::stage(const StepInput& step) noexcept {
   if (!acquire_staging(2 + s, result)) return result;
   std::int32_t* const block = step_staging_[s];
   stager_->write(all_ratios_, block);
-  std::copy_n(block + kernels::StepStateWords::buckets, checked.chunks, staged_buckets_.begin());
-  staged_ = Staged{true, false, s, checked.chunks, block[kernels::StepStateWords::fast] == checked.chunks};
+  staged_ = Staged{true, false, s};
   if (timed) {
     result.phases.staging_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() - result.waited_us;
   }
@@ -698,27 +668,37 @@ RunResult Executor::launch_staged(int program, bool graph, cudaStream_t stream) 
     return result;
   }
   const detail::TraceRange range(graph ? detail::TracePhase::step_graph : detail::TracePhase::step_eager);
-  result.chunks = staged_.chunks;
   // The first launch reads the staging block (head loads the device state and blocks, tail
   // releases the block); a later one reads only the device state, and no block.
-  const bool load = !staged_.loaded;
-  const int s = staged_.block;
-  const auto p = static_cast<std::size_t>(program);
-  const int k = staged_.chunks;
-  const bool flat = graph && k >= 2 && k <= options_.flat_step_chunks && staged_.all_full;
-  const std::span<const int> header_buckets(staged_buckets_.data(), static_cast<std::size_t>(k));
-  submit(load ? 2 + s : -1, stream, result, [&] {
-    const auto f = static_cast<std::size_t>(k - 2);
-    if (flat) return load ? flat_execs_[p][static_cast<std::size_t>(s)][f].launch(stream) : staged_flat_execs_[p][f].launch(stream);
-    if (graph) return load ? step_execs_[p][static_cast<std::size_t>(s)].launch(stream) : staged_execs_[p].launch(stream);
-    return record_step_eager(step_loop_args(load ? s : -1), bodies_[p], header_buckets, stream);
-  });
+  const bool rerun = staged_.loaded;
+  submit_step(program, staged_.block, rerun, graph, stream, result);
   if (result.ok()) {
     staged_.loaded = true;
-    if (!load) ++staged_reruns_;
-    if (flat) ++flat_steps_;
+    if (rerun) ++staged_reruns_;
   }
   return result;
+}
+
+void Executor::submit_step(int program, int block, bool rerun, bool graph, cudaStream_t stream,
+                           RunResult& result) noexcept {
+  // The step as the host staged it in `block`: its header names the chunks and their bodies.
+  const std::int32_t* const header = step_staging_[block];
+  const int chunks = header[kernels::StepStateWords::count];
+  result.chunks = chunks;
+  const std::size_t p = static_cast<std::size_t>(program);
+  const std::size_t slot = step_graph_slot(rerun ? -1 : block);
+  // An all-full step (every chunk on the largest bucket: the first loop's whole) within
+  // flat_step_chunks launches its plain graph; any other the step graph. Eager, the bodies the
+  // header names, as the step graph runs them (its first loop's included).
+  const bool flat = graph && chunks >= 2 && chunks <= options_.flat_step_chunks &&
+                    header[kernels::StepStateWords::fast] == chunks;
+  const std::span<const int> buckets(header + kernels::StepStateWords::buckets, static_cast<std::size_t>(chunks));
+  submit(rerun ? -1 : 2 + block, stream, result, [&] {
+    if (flat) return flat_execs_[p][slot][static_cast<std::size_t>(chunks - 2)].launch(stream);
+    return graph ? step_execs_[p][slot].launch(stream)
+                 : record_step_eager(step_loop_args(rerun ? -1 : block), bodies_[p], buckets, stream);
+  });
+  if (flat && result.ok()) ++flat_steps_;
 }
 
 RunResult Executor::run_staged(int program, cudaStream_t stream) noexcept { return launch_staged(program, true, stream); }

@@ -224,7 +224,9 @@ class Executor {
   [[nodiscard]] RunResult run_staged_eager(int program = 0) noexcept { return run_staged_eager(program, stream()); }
   [[nodiscard]] RunResult run_staged_eager(int program, cudaStream_t stream) noexcept;
   /// Chunks of the staged step (-1: none staged).
-  [[nodiscard]] int staged_chunks() const noexcept { return staged_.valid ? staged_.chunks : -1; }
+  [[nodiscard]] int staged_chunks() const noexcept {
+    return staged_.valid ? step_staging_[staged_.block][kernels::StepStateWords::count] : -1;
+  }
   /// Records program `program`'s step graph for staging block `staging` (0, 1; -1: the graph of a
   /// staged step run again, with no block), as warm-up built it: for counting its nodes.
   /// @throws StateError before warm-up or without steps; InvalidArgument for `staging` outside
@@ -304,6 +306,10 @@ class Executor {
   RunResult launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept;
   RunResult launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept;
   RunResult launch_staged(int program, bool graph, cudaStream_t stream) noexcept;
+  /// The step staged in step staging block `block`: its flat graph, step graph or (not `graph`)
+  /// its kernels, of that block or (`rerun`) of a staged step run again over the device state,
+  /// through submit(); sets result.chunks from the block's header and counts flat steps.
+  void submit_step(int program, int block, bool rerun, bool graph, cudaStream_t stream, RunResult& result) noexcept;
   /// A chunk that passed its checks, with result.bucket set: the chunk staging block, then its
   /// bucket's chunk graph (or its kernels), or with `step_rows` its bucket's step body with that
   /// block's stage-in (a step of one chunk); `t0` is when the call began (time_host_phases).
@@ -357,23 +363,23 @@ class Executor {
   std::vector<Entry> step_entries_;
   std::vector<std::vector<const Pipeline*>> bodies_;  // each program's step bodies, in bucket order
   std::int32_t* step_meta_{nullptr};  // device step blocks: every chunk's metadata, staged by head
-  std::vector<std::array<GraphExec, 2>> step_execs_;
-  // [program][staging block][chunks - 2]: the flat step graphs of all-full steps.
-  std::vector<std::array<std::vector<GraphExec>, 2>> flat_execs_;
-  // A staged step run again: [program] its step graph, [program][chunks - 2] its flat graphs.
-  std::vector<GraphExec> staged_execs_;
-  std::vector<std::vector<GraphExec>> staged_flat_execs_;
+  // [program][step_graph_slot(staging)]: the step graphs of each step staging block, then of a
+  // staged step run again (no block); flat_execs_ [..][chunks - 2] the flat graphs of all-full steps.
+  static constexpr int kStepGraphSlots = 3;
+  [[nodiscard]] static std::size_t step_graph_slot(int staging) noexcept {
+    return staging < 0 ? 2 : static_cast<std::size_t>(staging);
+  }
+  std::vector<std::array<GraphExec, kStepGraphSlots>> step_execs_;
+  std::vector<std::array<std::vector<GraphExec>, kStepGraphSlots>> flat_execs_;
   int all_ratios_{0};  // every program's ratios: what stage() checks and stages
-  // The staged step: which step staging block holds it, and whether a launch has loaded it into
+  // The staged step: which step staging block holds it (its header: the chunk count and buckets;
+  // nothing rewrites the block while the step is staged), and whether a launch has loaded it into
   // the device step state and blocks (later launches run it from there).
   struct Staged {
     bool valid{false};
     bool loaded{false};
     int block{0};
-    int chunks{0};
-    bool all_full{false};  // every chunk on the largest bucket (the flat graphs' steps)
   } staged_;
-  std::vector<int> staged_buckets_;  // the staged header's buckets, for the eager runs (sized at construction)
   void* attention_workspace_{nullptr};
   bool warmed_up_{false};
   std::uint64_t steps_{0};
