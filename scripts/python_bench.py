@@ -25,7 +25,8 @@ Python call.
 With --one-launch also Executor.run_step: the same programs with the step options (64 requests,
 --budget tokens), host time per run_step from Python over serve_loop's scheduler steps (the
 scheduler capping a step at 16 chunks), the step as a StepPlan and as NumPy arrays, and the chunks
-per step.
+per step; and staged steps with one program per layer: stage_step once a step, then run_staged per
+layer (the first call of a step and the later ones apart), queued and onto an idle device.
 
   python3 scripts/python_bench.py [--json FILE] [--compare BENCH_JSON] [--quick] [--executor-only]
                                   [--one-launch [--budget N]]
@@ -426,6 +427,50 @@ def bench_steps(name: str, config: spgraph.PipelineConfig, n: int, budget: int, 
         record("executor", f"python-run-step/{name}", variant, "chunks_per_step_mean", statistics.mean(chunks))
         summary.append(("executor", f"{name} run_step {variant}", None,
                         {"p50": pct(host, 0.5), "p99": pct(host, 0.99), "chunks": statistics.mean(chunks)}))
+    del ex
+    # Staged steps, the per-layer form: one program per layer; each step staged once (stage_step)
+    # and run per layer program (run_staged: the first run of a step loads it, the later ones run
+    # it again), queued behind the device's work or (idle-device) synchronized before each call.
+    layers = len(config.layers)
+    ex = sgt.Executor(config, buffers=tensors, programs=[[l] for l in range(layers)], **options)
+    ex.warmup()
+    reruns_before = ex.staged_reruns
+    for variant in ("queued", "idle-device"):
+        stage: List[float] = []
+        first: List[float] = []
+        again: List[float] = []
+        with torch.cuda.stream(stream):
+            for i, step in enumerate(plans):
+                if variant == "idle-device":
+                    ex.synchronize()
+                t0 = clock()
+                r = ex.stage_step(step)
+                t1 = clock()
+                if not r.ok:
+                    raise RuntimeError(f"{name}: staging step {i} failed: {r.message}")
+                stage.append((t1 - t0) / 1000.0 - r.waited_us)
+                for layer in range(layers):
+                    if variant == "idle-device":
+                        ex.synchronize()
+                    t0 = clock()
+                    r = ex.run_staged(program=layer)
+                    t1 = clock()
+                    if not r.ok:
+                        raise RuntimeError(f"{name}: staged step {i}, layer {layer} failed: {r.message}")
+                    (first if layer == 0 else again).append((t1 - t0) / 1000.0 - r.waited_us)
+        ex.synchronize()
+        row = f"python-run-staged/{name}"
+        for metric, values in (("stage_step", stage), ("run_staged_first", first), ("run_staged_again", again)):
+            if values:
+                record("executor", row, variant, f"{metric}_host_us_p50", pct(values, 0.5))
+                record("executor", row, variant, f"{metric}_host_us_p99", pct(values, 0.99))
+        host = {"stage p50": pct(stage, 0.5), "first p50": pct(first, 0.5)}
+        if again:
+            host.update({"again p50": pct(again, 0.5), "again p99": pct(again, 0.99)})
+        summary.append(("executor", f"{name} run_staged {variant}", None, host))
+    expected = len(plans) * 2 * (layers - 1)
+    if ex.staged_reruns - reruns_before != expected:
+        raise RuntimeError(f"{name}: {ex.staged_reruns - reruns_before} staged reruns, expected {expected}")
     del ex, tensors
     torch.cuda.synchronize()
     torch.cuda.empty_cache()

@@ -258,6 +258,76 @@ int measure_step(graphs::Executor& ex, graphs::StepSplitter& splitter, const gra
   return kReps + 10 + static_cast<int>(step_gpu.size());
 }
 
+/// Staged steps (stage once, run per layer), as an engine calls them: per step one stage() and
+/// `layers` run_staged() calls, the first of which loads the step and the rest run it again. Host
+/// time of stage() and of the first and later run_staged() calls on an idle device (synchronized
+/// after each) and queued behind a 2 ms spin (the engine's case: the device is busy with the
+/// layers before); GPU time of a staged step run again against run(StepInput) of the same step.
+/// Rows `name` (metrics host_stage_us, host_us_first, host_us_rerun, host_launch_us_rerun,
+/// host_us_rerun_busy, gpu_us_rerun, gpu_us_run_step).
+void measure_staged(graphs::Executor& ex, const graphs::StepInput& in, const std::string& name, Reporter& rep) {
+  constexpr int kLayers = 8;
+  std::vector<double> stage;
+  std::vector<double> first;
+  std::vector<double> rerun;
+  std::vector<double> rerun_launch;
+  std::vector<double> rerun_busy;
+  const std::uint64_t reruns_before = ex.staged_reruns();
+  int reruns = 0;
+  for (int i = 0; i < 60; ++i) {
+    const bool busy = i % 2 == 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    const graphs::RunResult s = ex.stage(in);
+    const auto t1 = std::chrono::steady_clock::now();
+    require(s);
+    if (busy) SPG_CUDA_TRY(kernels::launch_spin(2'000'000ULL, ex.stream()));
+    for (int layer = 0; layer < kLayers; ++layer) {
+      const auto a0 = std::chrono::steady_clock::now();
+      const graphs::RunResult r = ex.run_staged(0);
+      const auto a1 = std::chrono::steady_clock::now();
+      require(r);
+      if (layer > 0) ++reruns;
+      if (!busy) ex.synchronize();
+      if (i < 10) continue;
+      const double us = std::chrono::duration<double, std::micro>(a1 - a0).count() - r.waited_us;
+      if (busy) {
+        if (layer > 0) rerun_busy.push_back(us);
+      } else if (layer == 0) {
+        first.push_back(us);
+      } else {
+        rerun.push_back(us);
+        rerun_launch.push_back(r.phases.launch_us);
+      }
+    }
+    ex.synchronize();
+    if (i >= 10 && !busy) stage.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() - s.waited_us);
+  }
+  SPG_EXPECTS_AS(StateError, ex.staged_reruns() == reruns_before + static_cast<std::uint64_t>(reruns),
+                 "bench: " << name << ": the later run_staged() calls did not run the staged step again");
+  core::Event a;
+  core::Event b;
+  std::vector<double> gpu_rerun;
+  std::vector<double> gpu_step;
+  require(ex.stage(in));
+  require(ex.run_staged(0));
+  for (int i = 0; i < 21; ++i) {
+    gpu_rerun.push_back(gpu_us(ex, a, b, [&] { require(ex.run_staged(0)); }));
+  }
+  for (int i = 0; i < 21; ++i) gpu_step.push_back(gpu_us(ex, a, b, [&] { require(ex.run(in)); }));
+  auto add = [&](const char* metric, double v) { rep.add({"executor", name, "spgraph-staged", metric, v}); };
+  add("host_stage_us", median(stage));
+  add("host_us_first", median(first));
+  add("host_us_rerun", median(rerun));
+  add("host_launch_us_rerun", median(rerun_launch));
+  add("host_us_rerun_busy", median(rerun_busy));
+  add("gpu_us_rerun", median(gpu_rerun));
+  add("gpu_us_run_step", median(gpu_step));
+  std::printf("  %-28s stage %.2f us; run_staged host %.2f us first, %.2f us again (cudaGraphLaunch %.2f; queued %.2f); "
+              "GPU %.1f us again vs %.1f us run(step) (%+.1f%%)\n",
+              name.c_str(), median(stage), median(first), median(rerun), median(rerun_launch), median(rerun_busy),
+              median(gpu_rerun), median(gpu_step), 100.0 * (median(gpu_rerun) / median(gpu_step) - 1.0));
+}
+
 /// All-full steps through flat step graphs (ExecutorOptions::flat_step_chunks = kMaxChunks): an
 /// executor of its own, then per step size the host time of run() (idle device) and the GPU time
 /// of the step against its chunks run one by one. Rows step-flat/<program>/<k> chunks.
@@ -286,6 +356,10 @@ void time_flat_steps(const model::PipelineConfig& config, graphs::ExecutorOption
         measure_step(ex, splitter, in, /*eager=*/false, "step-flat/" + program + "/" + std::to_string(chunks) + " chunks", rep);
     SPG_EXPECTS_AS(StateError, ex.flat_steps() == flat_before + static_cast<std::uint64_t>(runs),
                    "bench: an all-full step of " << chunks << " chunks did not launch its flat step graph");
+    const std::uint64_t flat_staged = ex.flat_steps();
+    measure_staged(ex, in, "staged-flat/" + program + "/" + std::to_string(chunks) + " chunks", rep);
+    SPG_EXPECTS_AS(StateError, ex.flat_steps() > flat_staged,
+                   "bench: the staged all-full step of " << chunks << " chunks did not launch its flat graphs");
   }
   SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the flat steps faulted");
 }
@@ -401,6 +475,7 @@ void run_step_benchmarks(Reporter& rep) {
       const std::string name = "step/" + program + "/" + std::to_string(chunks) + " chunks";
       (void)measure_step(ex, splitter, in, /*eager=*/true, name, rep);
       time_runs(ex, in, name, "spgraph-step", rep);
+      measure_staged(ex, in, "staged/" + program + "/" + std::to_string(chunks) + " chunks", rep);
     }
     SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the step benchmark's steps faulted");
     time_flat_steps(config, opt, program, rep);
