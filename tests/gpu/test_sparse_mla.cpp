@@ -454,6 +454,62 @@ TEST_CASE("sparse_mla: unit-variance inputs keep statistics exact and out within
   }
 }
 
+TEST_CASE("sparse_mla: logits that grow block by block move the reference max, in some rows of a warp and not others",
+          "[gpu][sparse_mla]") {
+  // The wgmma kernel keeps P and O against a reference max that moves only when a block's max
+  // exceeds it by more than 8 log2 units, and a warp skips its O rescale when none of its rows
+  // moved (sparse_mla_wgmma_kernel.cuh, kWgmmaRescaleThreshold). With the public tests' inputs
+  // the reference moves once, at a row's first block, where O is still 0: a lost rescale would
+  // not show there. Here each token's rows are taken in ascending order and the rope columns of
+  // kv row r hold 64 r / s_kv (V, columns 0-511, keeps the calibrated scale), so in the heads
+  // whose q rope columns are 1 the logits rise ~15 log2 units a block (the reference moves at
+  // every block of both consumer warpgroups), and in the heads with 1/64 they rise ~0.25 (it
+  // stays, until the rise adds up past 8); a warp holds rows of both kinds. max_logits is the
+  // true max, which runs ahead of the reference in the slowly rising heads.
+  spg::core::Stream stream;
+  Problem p = make_problem({576, 128, 4096, 1024, 23}, {.sink = true, .topk_length = true}, 4242);
+  for (int r = 0; r < p.s_kv; ++r)
+    for (int c = 512; c < 576; ++c)
+      p.kv[static_cast<std::size_t>(r) * p.stride + c] = f32_to_bf16(64.0f * static_cast<float>(r) / static_cast<float>(p.s_kv));
+  for (int t = 0; t < p.s_q; ++t) {
+    for (int h = 0; h < p.h_q; ++h)
+      for (int c = 512; c < 576; ++c)
+        p.q[(static_cast<std::size_t>(t) * p.h_q + h) * 576 + c] = f32_to_bf16(h % 3 == 0 ? 1.0f : 1.0f / 64.0f);
+    auto* row = p.indices.data() + static_cast<std::size_t>(t) * p.topk;
+    std::sort(row, row + p.topk);  // invalid values (negative or >= s_kv) go to the ends
+    // topk_length: a valid prefix that starts past the negative invalid values, so most rows
+    // still see most of their blocks
+    if (!p.topk_length.empty()) p.topk_length[static_cast<std::size_t>(t)] = std::max(p.topk_length[static_cast<std::size_t>(t)], p.topk / 2);
+  }
+  const auto want = reference_of(p);
+  // The inputs do what they are for: a row's logits reach ~170 r / s_kv (natural units) in the
+  // fast heads, so past 30 wherever the valid prefix reaches r ~ 700; in the slow heads under 5.
+  int fast_high = 0;
+  int slow_low = 0;
+  for (int t = 0; t < p.s_q; ++t)
+    for (int h = 0; h < p.h_q; ++h) {
+      const double m = want.max_logits[static_cast<std::size_t>(t) * p.h_q + h];
+      (h % 3 == 0 ? fast_high : slow_low) += h % 3 == 0 ? m > 30.0 : m < 5.0;
+    }
+  REQUIRE(fast_high == p.s_q * ((p.h_q + 2) / 3));
+  REQUIRE(slow_low == p.s_q * (p.h_q - (p.h_q + 2) / 3));
+  const auto tokens = all_tokens(p.s_q);
+  for (const auto path : kAllKernels) {
+    DeviceProblem d(p, path);
+    for (const Mode mode : {Mode::eager, Mode::graph}) {
+      const Outputs got = run_mode(d, mode, stream.get());
+      const std::string label = describe(p, " rising logits") + plan_name(k::SparseMla::plan(d.args)) + " " + mode_name(mode);
+      const Verdict vo = check_out(got.out, want.out, p.h_q, tokens, label);
+      const Verdict vm = check_stat(got.max_logits, want.max_logits, p.h_q, tokens, label + ": max_logits");
+      const Verdict vl = check_stat(got.lse, want.lse, p.h_q, tokens, label + ": lse");
+      INFO(vo.message << vm.message << vl.message);
+      CHECK(vo.ok);
+      CHECK(vm.ok);
+      CHECK(vl.ok);
+    }
+  }
+}
+
 TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", "[gpu][sparse_mla]") {
   spg::core::Stream stream;
   struct Pair {

@@ -26,6 +26,9 @@
 //       with P from a swizzled shared panel (SS) that the other WG wrote. WG0 issues the next
 //       pair's Q K0^T while its second P V product runs; WG1 issues its P0 V0 product before it
 //       announces P1, so that product runs ahead of WG0's P1 V1 and frees K0's right half sooner.
+//   The running max is a lazy reference (kWgmmaRescaleThreshold): it moves only when a block's
+//   max passes it by more than 8 log2 units, and a warp none of whose rows moved skips its O
+//   rescale; the true max, kept apart, is what max_logits reports.
 //   Row sums stay per warpgroup (each only sums its own block's P) and are added in the epilogue,
 //   which writes bf16 out (single pass) or the slice's unnormalized fp32 O and (m, l) for the
 //   merge kernel (split).
@@ -55,6 +58,13 @@ namespace spg::kernels::detail {
 inline constexpr int kWgmmaThreads = 384;
 inline constexpr int kWgmmaConsumerRegs = 224;
 inline constexpr int kWgmmaProducerRegs = 56;  // 2 * 128 * 224 + 128 * 56 = 64512 = 384 * 168
+/// Lazy rescaling (issue 15 round 8, docs/benchmark_history.md): a row's reference max, against
+/// which P = exp2(s - ref) and O are kept, moves only when a block's max exceeds it by more than
+/// this many log2 units, so P stays <= 2^8 and after a row's first blocks the reference rarely
+/// moves; a warp whose rows all keep theirs skips the 128-register rescale of O (on the chain
+/// between the two consumer warpgroups). The rows' true max is kept apart for max_logits and the
+/// split's partial m. The result is the same softmax: O, l and the sink are all relative to ref.
+inline constexpr float kWgmmaRescaleThreshold = 8.0f;
 /// Initial running max: finite, so exp2(kWgmmaMInit - kWgmmaMInit) = 1 keeps a start on masked
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
@@ -314,6 +324,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   for (int i = 0; i < 32; ++i) s[i] = 0.0f;
   float m_run[2] = {kWgmmaMInit, kWgmmaMInit};
   float l_run[2] = {0.0f, 0.0f};
+  float m_true[2] = {-CUDART_INF_F, -CUDART_INF_F};  // lazy rescaling: the rows' true max
+  // The reference max after a block whose candidate (max of the reference and the block's max) is
+  // `cand`: the candidate, unless it exceeds `ref` by no more than the lazy threshold.
+  auto next_ref = [](float ref, float cand) {
+    return cand - ref <= kWgmmaRescaleThreshold ? ref : cand;
+  };
+  // O *= the rows' factors; a warp whose factors are all exactly 1 skips it.
+  auto rescale_o = [&](const float (&f)[2]) {
+    if (__all_sync(0xffffffffu, f[0] == 1.0f && f[1] == 1.0f)) return;
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
+  };
 
   // S (+)= Q K^T over k16 steps [ks0, ks1) of buffer `ka`
   auto qk_steps = [&](std::uint32_t ka, int ks0, int ks1, bool clear) {
@@ -362,8 +384,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       l_run[h] = fmaf(l_run[h], alpha[h], sum[h]);
       m_run[h] = m_new[h];
     }
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+    rescale_o(alpha);
   };
   // A P V product over kv rows 0-63 (k-steps kk = 0..3, rows 16 kk ..) as two wgmma groups, rows
   // 0-31 then 32-63, so that the first part of the half can be released before the second.
@@ -420,7 +441,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       scale_mask_max(0, mx);
       float m_new[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m_run[h], mx[h]);
+      for (int h = 0; h < 2; ++h) {
+        m_new[h] = next_ref(m_run[h], fmaxf(m_run[h], mx[h]));
+        m_true[h] = fmaxf(m_true[h], mx[h]);
+      }
       softmax_update(m_new);
       if (t == 0) {
         m0_s[r0] = m_new[0];
@@ -451,8 +475,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         mbar_arrive(empty_hi_bar(0, 1));  // P0 spans all 64 rows of the rope panel
       }
       named_barrier_arrive(kWgBarS0, 256);
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
+      rescale_o(f);
       named_barrier(kWgBarS1, 256);
       mbar_wait(full_bar(1, 0), ph);
       fence_proxy_async();
@@ -504,7 +527,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       named_barrier(kWgBarM0, 256);
       float m_new[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m0_s[r0 + 8 * h], mx[h]);  // m0 >= m_run
+      for (int h = 0; h < 2; ++h) {
+        const float m0 = m0_s[r0 + 8 * h];  // m0 >= m_run
+        m_new[h] = next_ref(m0, fmaxf(m0, mx[h]));
+        m_true[h] = fmaxf(m_true[h], mx[h]);
+      }
       softmax_update(m_new);
       if (t == 0) {
         m1_s[r0] = m_new[0];
@@ -548,22 +575,41 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 1);
     lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 2);
   }
+  // Each warpgroup's true row max goes to its m panel (the other warpgroup read the last pair's
+  // value there before it passed a barrier this one arrives at after its loop).
+  float* const mt_own = wg == 0 ? m0_s : m1_s;
+  float* const mt_other = wg == 0 ? m1_s : m0_s;
   if (t == 0) {
     l_s[wg * 64 + r0] = lq[0];
     l_s[wg * 64 + r0 + 8] = lq[1];
+    mt_own[r0] = m_true[0];
+    mt_own[r0 + 8] = m_true[1];
   }
   named_barrier(kWgBarL, 256);
   const std::int64_t row0 = static_cast<std::int64_t>(token) * p.h_q + head0;
   float l_row[2];  // the row sums of both warpgroups' blocks
 #pragma unroll
   for (int h = 0; h < 2; ++h) l_row[h] = lq[h] + l_s[(wg ^ 1) * 64 + r0 + 8 * h];
+  float m_max[2];  // the rows' true max over both warpgroups' blocks (m_run is the reference)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) m_max[h] = fmaxf(m_true[h], mt_other[r0 + 8 * h]);
   if (p.write_partials) {
     // The slice's unnormalized fp32 O and (m, l); the merge kernel weighs the slices. A quad
     // stores 32 contiguous bytes of a row.
     const std::int64_t prow0 = it.split * static_cast<std::int64_t>(p.s_q) * p.h_q + row0;
+    // The partials relative to the true max, which the merge takes for max_logits (a row with
+    // no valid entry keeps its reference: the merge skips it).
+    float c[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      c[h] = l_row[h] > 0.0f ? fast_exp2(m_run[h] - m_max[h]) : 1.0f;
+      if (!(l_row[h] > 0.0f)) m_max[h] = m_run[h];
+      l_row[h] *= c[h];
+    }
+    rescale_o(c);
     if (wg == 0 && t == 0) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) p.part_ml[prow0 + r0 + 8 * h] = make_float2(m_run[h], l_row[h]);
+      for (int h = 0; h < 2; ++h) p.part_ml[prow0 + r0 + 8 * h] = make_float2(m_max[h], l_row[h]);
     }
     float* po = p.part_o + prow0 * 512 + wg * 256 + 2 * t;
 #pragma unroll
@@ -577,7 +623,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + 8 * h;
-    const RowFinal fin = finalize_row_log2_sink(m_run[h], l_row[h], sink_log2[h]);
+    RowFinal fin = finalize_row_log2_sink(m_run[h], l_row[h], sink_log2[h]);
+    if (l_row[h] > 0.0f) fin.max_logit = m_max[h] * kLn2;  // the true max (lse, inv: the reference)
     inv[h] = fin.inv;
     if (wg == 0 && t == 0) {
       p.max_logits[row0 + static_cast<std::int64_t>(row_base) * p.h_q + r] = fin.max_logit;
