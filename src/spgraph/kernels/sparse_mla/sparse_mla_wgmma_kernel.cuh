@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   for (int i = 0; i < 32; ++i) s[i] = 0.0f;
   float m_run[2] = {kWgmmaMInit, kWgmmaMInit};
   float l_run[2] = {0.0f, 0.0f};
-  float m_true[2] = {-CUDART_INF_F, -CUDART_INF_F};  // lazy rescaling: the rows' true max
+  float m_true[2] = {-CUDART_INF_F, -CUDART_INF_F};  // the rows' true max (m_run: the lazy reference)
   // The reference max after a block whose candidate (max of the reference and the block's max) is
   // `cand`: the candidate, unless it exceeds `ref` by no more than the lazy threshold.
   auto next_ref = [](float ref, float cand) {
@@ -575,8 +575,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 1);
     lq[h] += __shfl_xor_sync(0xffffffffu, lq[h], 2);
   }
-  // Each warpgroup's true row max goes to its m panel (the other warpgroup read the last pair's
-  // value there before it passed a barrier this one arrives at after its loop).
+  // Each warpgroup's true row max goes to its own m panel: the other warpgroup read the panel's
+  // last value before it arrived at a barrier this one waited at in its last pair (M1 for m0,
+  // S0 for m1), so nothing still reads it.
   float* const mt_own = wg == 0 ? m0_s : m1_s;
   float* const mt_other = wg == 0 ? m1_s : m0_s;
   if (t == 0) {
