@@ -366,6 +366,79 @@ void time_flat_steps(const model::PipelineConfig& config, graphs::ExecutorOption
 
 }  // namespace
 
+void run_relaunch_probe(Reporter& rep) {
+  // Table D measured one step exec's cudaGraphLaunch onto an idle device growing with the chunks
+  // its previous launch ran (8 layers: ~5 / 20 / 44 us for 1 / 4 / 16 chunks, one host). Where is
+  // that cost paid, and can it be paid ahead? Per step size: after a synchronization, the launch
+  // alone; cudaGraphUpload of the exec, then the launch; 2 ms of host idling, then the launch; a
+  // launch of another exec of the same graph (last run with the same step) after the exec's own.
+  const model::PipelineConfig config = step_config(true);
+  graphs::ExecutorOptions opt;
+  opt.max_step_requests = kMaxChunks * kR;
+  opt.max_step_tokens = kMaxChunks * kT;
+  graphs::Executor ex(config, opt);
+  (void)ex.warmup();
+  fill_inputs(ex);
+  const graphs::GraphExec exec = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
+  const graphs::GraphExec other = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
+  cudaStream_t stream = ex.stream();
+  using Clock = std::chrono::steady_clock;
+  auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+  for (const int chunks : {1, 4, 16}) {
+    BenchStep step;
+    make_step(config, chunks, step);
+    const graphs::StepInput in{step.requests};
+    require(ex.run(in));
+    require(ex.run(in));  // both step staging blocks hold this step
+    ex.synchronize();
+    SPG_CUDA_TRY(exec.launch(stream));
+    SPG_CUDA_TRY(other.launch(stream));
+    SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+    std::vector<double> idle, upload, after_upload, after_sleep, other_after;
+    for (int i = 0; i < 25; ++i) {
+      Clock::time_point t0 = Clock::now();
+      SPG_CUDA_TRY(exec.launch(stream));
+      Clock::time_point t1 = Clock::now();
+      SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+      const double a = us(t0, t1);
+      t0 = Clock::now();
+      SPG_CUDA_TRY(cudaGraphUpload(exec.get(), stream));
+      t1 = Clock::now();
+      SPG_CUDA_TRY(exec.launch(stream));
+      Clock::time_point t2 = Clock::now();
+      SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+      const double b = us(t0, t1);
+      const double c = us(t1, t2);
+      t0 = Clock::now();
+      while (us(t0, Clock::now()) < 2000.0) {
+      }
+      t0 = Clock::now();
+      SPG_CUDA_TRY(exec.launch(stream));
+      t1 = Clock::now();
+      SPG_CUDA_TRY(other.launch(stream));
+      t2 = Clock::now();
+      SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+      if (i < 5) continue;
+      idle.push_back(a);
+      upload.push_back(b);
+      after_upload.push_back(c);
+      after_sleep.push_back(us(t0, t1));
+      other_after.push_back(us(t1, t2));
+    }
+    const std::string row = "launch-probe/relaunch/8-layer step graph, " + std::to_string(chunks) + " chunks";
+    auto add = [&](const char* metric, double v) { rep.add({"executor", row, "graph", metric, v}); };
+    add("host_launch_us_after_sync", median(idle));
+    add("host_upload_us_after_sync", median(upload));
+    add("host_launch_us_after_upload", median(after_upload));
+    add("host_launch_us_after_sync_and_2ms", median(after_sleep));
+    add("host_launch_us_other_exec_queued", median(other_after));
+    std::printf("  %-48s cudaGraphLaunch after a sync %.2f us; cudaGraphUpload %.2f then launch %.2f us; after a sync and 2 ms "
+                "%.2f us; another exec queued behind it %.2f us\n",
+                row.c_str(), median(idle), median(upload), median(after_upload), median(after_sleep), median(other_after));
+  }
+  SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the relaunch probe's steps faulted");
+}
+
 void run_step_benchmarks(Reporter& rep) {
   for (const bool model : {false, true}) {
     const model::PipelineConfig config = step_config(model);

@@ -8,5 +8,9 @@
 namespace spg::bench {
 
 void run_step_benchmarks(Reporter& reporter);
+/// Table R: where the launch cost that grows with a step exec's last run is paid (rows
+/// launch-probe/relaunch/...): after a synchronization, after cudaGraphUpload, after 2 ms idle,
+/// and another exec queued behind it; 1 / 4 / 16 chunks of the 8-layer program.
+void run_relaunch_probe(Reporter& reporter);
 
 }  // namespace spg::bench

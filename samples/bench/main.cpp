@@ -113,9 +113,10 @@ int main(int argc, char** argv) {
     } else if (a == "--burst") {
       burst = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench [--tables ABCDSL] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--no-ceilings] [--staging-reps N] [--json FILE]\n"
+      std::printf("usage: bench [--tables ABCDSLR] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--no-ceilings] [--staging-reps N] [--json FILE]\n"
                   "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor), S (step staging,\n"
-                  "             host only, no GPU needed), L (table D's loop probe alone) to run; - for none\n"
+                  "             host only, no GPU needed), L (table D's loop probe alone), R (where a step graph's\n"
+                  "             growing launch cost is paid) to run; - for none\n"
                   "  --quick    fewer rows and repetitions\n"
                   "  --rows     table A: only the rows whose name contains TEXT, or one of a comma-separated list\n"
                   "             (e.g. V4-C2/32768, sq256, V32/8192,sq64)\n"
@@ -184,6 +185,7 @@ int main(int argc, char** argv) {
     } else if (tables.find('L') != std::string::npos) {
       bench::run_loop_probe(rep);  // part of table D
     }
+    if (tables.find('R') != std::string::npos) bench::run_relaunch_probe(rep);
     for (const char* suite : {"staging", "ceilings", "attention", "pipeline", "kernels", "executor"}) rep.print_table(suite);
     write_json();
     return 0;
