@@ -289,6 +289,28 @@ bool is_split(k::SparseMlaPath path) {
   return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma;
 }
 
+/// Every kernel of kAllKernels, eager and replayed, on `p` against `want`: out within `looser`
+/// times the element bars, max_logits and lse within theirs. `what` names the inputs in messages.
+void check_every_kernel(const Problem& p, const ref::SparseMlaReferenceOutputs& want, const char* what, double looser,
+                        cudaStream_t stream) {
+  const auto tokens = all_tokens(p.s_q);
+  for (const auto path : kAllKernels) {
+    DeviceProblem d(p, path);
+    for (const Mode mode : {Mode::eager, Mode::graph}) {
+      const Outputs got = run_mode(d, mode, stream);
+      const std::string label = describe(p, what) + plan_name(k::SparseMla::plan(d.args)) + " " + mode_name(mode);
+      const std::string bars = looser == 1.0 ? "" : " (element bars x" + std::to_string(static_cast<int>(looser)) + ")";
+      const Verdict vo = check_out(got.out, want.out, p.h_q, tokens, label + bars, looser);
+      const Verdict vm = check_stat(got.max_logits, want.max_logits, p.h_q, tokens, label + ": max_logits");
+      const Verdict vl = check_stat(got.lse, want.lse, p.h_q, tokens, label + ": lse");
+      INFO(vo.message << vm.message << vl.message);
+      CHECK(vo.ok);
+      CHECK(vm.ok);
+      CHECK(vl.ok);
+    }
+  }
+}
+
 /// `p` with kv rows re-laid at `stride` elements; the padding past d_qk holds NaN, so a kernel
 /// that reads it fails.
 Problem with_stride(Problem p, std::int64_t stride) {
@@ -435,22 +457,7 @@ TEST_CASE("sparse_mla: unit-variance inputs keep statistics exact and out within
   for (const int d_qk : {512, 576}) {
     const Problem p = make_problem({d_qk, 128, 1521, 512, 61}, {.sink = true, .topk_length = true, .q_amp = 1.0, .kv_amp = 1.0},
                                    91 + d_qk);
-    const auto want = reference_of(p);
-    const auto tokens = all_tokens(p.s_q);
-    for (const auto path : kAllKernels) {
-      DeviceProblem d(p, path);
-      for (const Mode mode : {Mode::eager, Mode::graph}) {
-        const Outputs got = run_mode(d, mode, stream.get());
-        const std::string label = describe(p, " unit-variance") + plan_name(k::SparseMla::plan(d.args)) + " " + mode_name(mode);
-        const Verdict vo = check_out(got.out, want.out, p.h_q, tokens, label + " (element bars x6)", 6.0);
-        const Verdict vm = check_stat(got.max_logits, want.max_logits, p.h_q, tokens, label + ": max_logits");
-        const Verdict vl = check_stat(got.lse, want.lse, p.h_q, tokens, label + ": lse");
-        INFO(vo.message << vm.message << vl.message);
-        CHECK(vo.ok);
-        CHECK(vm.ok);
-        CHECK(vl.ok);
-      }
-    }
+    check_every_kernel(p, reference_of(p), " unit-variance", 6.0, stream.get());
   }
 }
 
@@ -493,21 +500,7 @@ TEST_CASE("sparse_mla: logits that grow block by block move the reference max, i
     }
   REQUIRE(fast_high == p.s_q * ((p.h_q + 2) / 3));
   REQUIRE(slow_low == p.s_q * (p.h_q - (p.h_q + 2) / 3));
-  const auto tokens = all_tokens(p.s_q);
-  for (const auto path : kAllKernels) {
-    DeviceProblem d(p, path);
-    for (const Mode mode : {Mode::eager, Mode::graph}) {
-      const Outputs got = run_mode(d, mode, stream.get());
-      const std::string label = describe(p, " rising logits") + plan_name(k::SparseMla::plan(d.args)) + " " + mode_name(mode);
-      const Verdict vo = check_out(got.out, want.out, p.h_q, tokens, label);
-      const Verdict vm = check_stat(got.max_logits, want.max_logits, p.h_q, tokens, label + ": max_logits");
-      const Verdict vl = check_stat(got.lse, want.lse, p.h_q, tokens, label + ": lse");
-      INFO(vo.message << vm.message << vl.message);
-      CHECK(vo.ok);
-      CHECK(vm.ok);
-      CHECK(vl.ok);
-    }
-  }
+  check_every_kernel(p, want, " rising logits", 1.0, stream.get());
 }
 
 TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", "[gpu][sparse_mla]") {
