@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <initializer_list>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spgraph/core/error.hpp"
@@ -46,6 +48,12 @@ void fill_inputs(graphs::Executor& ex) {
 void require(const graphs::RunResult& r) {
   SPG_EXPECTS_AS(StateError, r.ok(), "bench: step failed: " << graphs::run_status_name(r.status) << " ("
                                                             << (r.bad_field != nullptr ? r.bad_field : "") << ")");
+}
+
+/// Adds each (metric, value) of `metrics` to row `row` of the executor suite, as `variant`.
+void add_metrics(Reporter& rep, const std::string& row, const char* variant,
+                 std::initializer_list<std::pair<const char*, double>> metrics) {
+  for (const auto& [metric, value] : metrics) rep.add({"executor", row, variant, metric, value});
 }
 
 /// GPU microseconds of `launch` on the executor's stream (events around it, waited for).
@@ -314,14 +322,14 @@ void measure_staged(graphs::Executor& ex, const graphs::StepInput& in, const std
     gpu_rerun.push_back(gpu_us(ex, a, b, [&] { require(ex.run_staged(0)); }));
   }
   for (int i = 0; i < 21; ++i) gpu_step.push_back(gpu_us(ex, a, b, [&] { require(ex.run(in)); }));
-  auto add = [&](const char* metric, double v) { rep.add({"executor", name, "spgraph-staged", metric, v}); };
-  add("host_stage_us", median(stage));
-  add("host_us_first", median(first));
-  add("host_us_rerun", median(rerun));
-  add("host_launch_us_rerun", median(rerun_launch));
-  add("host_us_rerun_busy", median(rerun_busy));
-  add("gpu_us_rerun", median(gpu_rerun));
-  add("gpu_us_run_step", median(gpu_step));
+  add_metrics(rep, name, "spgraph-staged",
+              {{"host_stage_us", median(stage)},
+               {"host_us_first", median(first)},
+               {"host_us_rerun", median(rerun)},
+               {"host_launch_us_rerun", median(rerun_launch)},
+               {"host_us_rerun_busy", median(rerun_busy)},
+               {"gpu_us_rerun", median(gpu_rerun)},
+               {"gpu_us_run_step", median(gpu_step)}});
   std::printf("  %-28s stage %.2f us; run_staged host %.2f us first, %.2f us again (cudaGraphLaunch %.2f; queued %.2f); "
               "GPU %.1f us again vs %.1f us run(step) (%+.1f%%)\n",
               name.c_str(), median(stage), median(first), median(rerun), median(rerun_launch), median(rerun_busy),
@@ -426,12 +434,12 @@ void run_relaunch_probe(Reporter& rep) {
       other_after.push_back(us(t1, t2));
     }
     const std::string row = "launch-probe/relaunch/8-layer step graph, " + std::to_string(chunks) + " chunks";
-    auto add = [&](const char* metric, double v) { rep.add({"executor", row, "graph", metric, v}); };
-    add("host_launch_us_after_sync", median(idle));
-    add("host_upload_us_after_sync", median(upload));
-    add("host_launch_us_after_upload", median(after_upload));
-    add("host_launch_us_after_sync_and_2ms", median(after_sleep));
-    add("host_launch_us_other_exec_queued", median(other_after));
+    add_metrics(rep, row, "graph",
+                {{"host_launch_us_after_sync", median(idle)},
+                 {"host_upload_us_after_sync", median(upload)},
+                 {"host_launch_us_after_upload", median(after_upload)},
+                 {"host_launch_us_after_sync_and_2ms", median(after_sleep)},
+                 {"host_launch_us_other_exec_queued", median(other_after)}});
     std::printf("  %-48s cudaGraphLaunch after a sync %.2f us; cudaGraphUpload %.2f then launch %.2f us; after a sync and 2 ms "
                 "%.2f us; another exec queued behind it %.2f us\n",
                 row.c_str(), median(idle), median(upload), median(after_upload), median(after_sleep), median(other_after));
