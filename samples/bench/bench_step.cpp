@@ -56,6 +56,18 @@ void add_metrics(Reporter& rep, const std::string& row, const char* variant,
   for (const auto& [metric, value] : metrics) rep.add({"executor", row, variant, metric, value});
 }
 
+/// The bench step of `chunks` chunks, made into `step` and run twice so that both step staging
+/// blocks hold it (a direct launch of a step exec reads either), the device idle after; its input.
+graphs::StepInput stage_in_both_blocks(graphs::Executor& ex, const model::PipelineConfig& config, int chunks,
+                                       BenchStep& step) {
+  make_step(config, chunks, step);
+  const graphs::StepInput in{step.requests};
+  require(ex.run(in));
+  require(ex.run(in));
+  ex.synchronize();
+  return in;
+}
+
 /// GPU microseconds of `launch` on the executor's stream (events around it, waited for).
 template <class Launch>
 double gpu_us(graphs::Executor& ex, core::Event& a, core::Event& b, Launch&& launch) {
@@ -394,11 +406,7 @@ void run_relaunch_probe(Reporter& rep) {
   auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
   for (const int chunks : {1, 4, 16}) {
     BenchStep step;
-    make_step(config, chunks, step);
-    const graphs::StepInput in{step.requests};
-    require(ex.run(in));
-    require(ex.run(in));  // both step staging blocks hold this step
-    ex.synchronize();
+    (void)stage_in_both_blocks(ex, config, chunks, step);
     SPG_CUDA_TRY(exec.launch(stream));
     SPG_CUDA_TRY(other.launch(stream));
     SPG_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -510,12 +518,8 @@ void run_step_benchmarks(Reporter& rep) {
     const graphs::GraphExec direct_other = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
     for (const int chunks : {1, 4, 16}) {
       BenchStep step;
-      make_step(config, chunks, step);
-      const graphs::StepInput in{step.requests};
+      const graphs::StepInput in = stage_in_both_blocks(ex, config, chunks, step);
       {
-        require(ex.run(in));
-        require(ex.run(in));  // both step staging blocks hold this step
-        ex.synchronize();
         std::vector<double> us;
         for (int i = 0; i < 45; ++i) {
           const auto t0 = std::chrono::steady_clock::now();
