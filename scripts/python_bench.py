@@ -45,7 +45,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -390,6 +390,16 @@ def step_as_numpy(plan: Any, ratios: List[int]) -> spgraph.Chunk:
                          {r: table(tables[r]) for r in ratios})
 
 
+def timed_call(call: Callable[[], Any], what: str) -> Tuple[float, Any]:
+    """Host us of one executor call (its wait for the device excluded) and its RunResult; raises if it failed."""
+    t0 = time.perf_counter_ns()
+    r = call()
+    t1 = time.perf_counter_ns()
+    if not r.ok:
+        raise RuntimeError(f"{what} failed: {r.message}")
+    return (t1 - t0) / 1000.0 - r.waited_us, r
+
+
 def bench_steps(name: str, config: spgraph.PipelineConfig, n: int, budget: int, summary: List[tuple]) -> None:
     """Host time per Executor.run_step from Python (waits excluded), a StepPlan and its NumPy spelling."""
     ratios = sorted({l.compress_ratio for l in config.layers if l.compress_ratio > 1})
@@ -406,7 +416,6 @@ def bench_steps(name: str, config: spgraph.PipelineConfig, n: int, budget: int, 
     ex = sgt.Executor(config, buffers=tensors, **options)
     ex.warmup()
     stream = torch.cuda.Stream()
-    clock = time.perf_counter_ns
     for variant, items in inputs.items():
         host: List[float] = []
         chunks: List[int] = []
@@ -414,12 +423,8 @@ def bench_steps(name: str, config: spgraph.PipelineConfig, n: int, budget: int, 
             for i, step in enumerate(items):
                 if variant.endswith("-idle-device"):
                     ex.synchronize()
-                t0 = clock()
-                r = ex.run_step(step)
-                t1 = clock()
-                if not r.ok:
-                    raise RuntimeError(f"{name}: step {i} failed: {r.message}")
-                host.append((t1 - t0) / 1000.0 - r.waited_us)
+                us, r = timed_call(lambda: ex.run_step(step), f"{name}: step {i}")
+                host.append(us)
                 chunks.append(r.chunks)
         ex.synchronize()
         record("executor", f"python-run-step/{name}", variant, "host_us_p50", pct(host, 0.5))
@@ -443,21 +448,12 @@ def bench_steps(name: str, config: spgraph.PipelineConfig, n: int, budget: int, 
             for i, step in enumerate(plans):
                 if variant == "idle-device":
                     ex.synchronize()
-                t0 = clock()
-                r = ex.stage_step(step)
-                t1 = clock()
-                if not r.ok:
-                    raise RuntimeError(f"{name}: staging step {i} failed: {r.message}")
-                stage.append((t1 - t0) / 1000.0 - r.waited_us)
+                stage.append(timed_call(lambda: ex.stage_step(step), f"{name}: staging step {i}")[0])
                 for layer in range(layers):
                     if variant == "idle-device":
                         ex.synchronize()
-                    t0 = clock()
-                    r = ex.run_staged(program=layer)
-                    t1 = clock()
-                    if not r.ok:
-                        raise RuntimeError(f"{name}: staged step {i}, layer {layer} failed: {r.message}")
-                    (first if layer == 0 else again).append((t1 - t0) / 1000.0 - r.waited_us)
+                    us, _ = timed_call(lambda: ex.run_staged(program=layer), f"{name}: staged step {i}, layer {layer}")
+                    (first if layer == 0 else again).append(us)
         ex.synchronize()
         row = f"python-run-staged/{name}"
         for metric, values in (("stage_step", stage), ("run_staged_first", first), ("run_staged_again", again)):

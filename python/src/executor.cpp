@@ -282,6 +282,12 @@ class Executor {
       out.r = eager ? ex_->run_eager(input, program, s) : ex_->run(input, program, s);
     }
     step_reader_->release();
+    return settle_step(out, check);
+  }
+
+  /// A step call's result as it is returned: marked when the executor has no steps at all (its
+  /// message then says which options it lacks), raised with `check` unless ok.
+  StepResult settle_step(StepResult& out, bool check) const {
     out.no_steps = out.r.status == graphs::RunStatus::not_warmed_up && ex_->step_layout().max_chunks == 0;
     if (check && !out.r.ok()) raise_run_error(out);
     return out;
@@ -300,9 +306,7 @@ class Executor {
       out.r = ex_->stage(input);
     }
     step_reader_->release();
-    out.no_steps = out.r.status == graphs::RunStatus::not_warmed_up && ex_->step_layout().max_chunks == 0;
-    if (check && !out.r.ok()) raise_run_error(out);
-    return out;
+    return settle_step(out, check);
   }
 
   /// graphs::Executor::run_staged / run_staged_eager: the staged step for `program`.
@@ -317,9 +321,7 @@ class Executor {
       const DeviceScope scope(device_);
       out.r = eager ? ex_->run_staged_eager(program, s) : ex_->run_staged(program, s);
     }
-    out.no_steps = out.r.status == graphs::RunStatus::not_warmed_up && ex_->step_layout().max_chunks == 0;
-    if (check && !out.r.ok()) raise_run_error(out);
-    return out;
+    return settle_step(out, check);
   }
 
   void synchronize() {

@@ -598,32 +598,43 @@ RunResult Executor::launch_step(const StepInput& step, int program, bool graph, 
   using Clock = std::chrono::steady_clock;
   const bool timed = options_.time_host_phases;
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
-  // Every chunk is checked before anything is written: a refused step leaves the staging block as it was.
   const int mask = program_ratios_[static_cast<std::size_t>(program)];
-  const StepCheck checked = stager_->check(step, mask);
-  result.chunks = checked.chunks;
-  if (checked.status != RunStatus::ok) {
-    result.bad_chunk = checked.bad_chunk;
-    return refused(result, checked.status, checked.bad_request, checked);
-  }
+  if (!check_step(step, mask, result)) return result;
   // This step writes a step staging block or the device step state: a staged step is gone.
   staged_.valid = false;
   // A step of one chunk is launched as a chunk: the chunk staging block and its bucket's step body
   // behind that block's stage-in (or those kernels, eager). The same rows as the step loop's
   // first chunk, without the loop's head, WHILE, SWITCH and tail (docs/graphs.md, "Steps").
-  if (checked.chunks == 1) {
+  if (result.chunks == 1) {
     result.bucket = stager_->buckets()[0];
     return launch_checked(stager_->splitter().chunk(0), stager_->chunk_check(0), program, graph, /*step_rows=*/true,
                           stream, t0, result);
   }
-  const int s = static_cast<int>(steps_ & 1);
-  if (!acquire_staging(2 + s, result)) return result;
-  stager_->write(mask, step_staging_[s]);
+  const int s = write_step_block(mask, result);
+  if (s < 0) return result;
   const Clock::time_point t1 = timed ? Clock::now() : Clock::time_point{};
   submit_step(program, s, /*rerun=*/false, graph, stream, result);
   // Staging excludes the wait for a staging block (waited_us: the device's time, not the host's).
   if (timed) result.phases.staging_us = std::chrono::duration<double, std::micro>(t1 - t0).count() - result.waited_us;
   return result;
+}
+
+bool Executor::check_step(const StepInput& step, int ratios, RunResult& result) noexcept {
+  // Every chunk is checked before anything is written: a refused step leaves the staging blocks as they were.
+  const StepCheck checked = stager_->check(step, ratios);
+  result.chunks = checked.chunks;
+  if (checked.status == RunStatus::ok) return true;
+  result.bad_chunk = checked.bad_chunk;
+  refused(result, checked.status, checked.bad_request, checked);
+  return false;
+}
+
+int Executor::write_step_block(int ratios, RunResult& result) noexcept {
+  // The block the next launch takes: free once every launch that read it has released it.
+  const int s = static_cast<int>(steps_ & 1);
+  if (!acquire_staging(2 + s, result)) return -1;
+  stager_->write(ratios, step_staging_[s]);
+  return s;
 }
 
 RunResult Executor::run(const StepInput& step, int program, cudaStream_t stream) noexcept {
@@ -640,18 +651,10 @@ RunResult Executor::stage(const StepInput& step) noexcept {
   using Clock = std::chrono::steady_clock;
   const bool timed = options_.time_host_phases;
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
-  const StepCheck checked = stager_->check(step, all_ratios_);
-  result.chunks = checked.chunks;
-  if (checked.status != RunStatus::ok) {
-    result.bad_chunk = checked.bad_chunk;
-    return refused(result, checked.status, checked.bad_request, checked);
-  }
-  // The block the next launch would take: free once every launch that read it has released it.
-  const int s = static_cast<int>(steps_ & 1);
+  if (!check_step(step, all_ratios_, result)) return result;
   staged_.valid = false;
-  if (!acquire_staging(2 + s, result)) return result;
-  std::int32_t* const block = step_staging_[s];
-  stager_->write(all_ratios_, block);
+  const int s = write_step_block(all_ratios_, result);
+  if (s < 0) return result;
   staged_ = Staged{true, false, s};
   if (timed) {
     result.phases.staging_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() - result.waited_us;

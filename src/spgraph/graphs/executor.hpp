@@ -306,6 +306,12 @@ class Executor {
   RunResult launch(const ChunkInput& chunk, int program, bool graph, cudaStream_t stream) noexcept;
   RunResult launch_step(const StepInput& step, int program, bool graph, cudaStream_t stream) noexcept;
   RunResult launch_staged(int program, bool graph, cudaStream_t stream) noexcept;
+  /// The step's split and every chunk's checks against compression ratios `ratios`; false, with
+  /// result refused as run(StepInput) refuses, when one fails (nothing written). Sets result.chunks.
+  bool check_step(const StepInput& step, int ratios, RunResult& result) noexcept;
+  /// Writes the checked step into the step staging block the next launch takes, once every
+  /// launch that read it has released it; that block (0, 1), or -1 with result set when the wait failed.
+  int write_step_block(int ratios, RunResult& result) noexcept;
   /// The step staged in step staging block `block`: its flat graph, step graph or (not `graph`)
   /// its kernels, of that block or (`rerun`) of a staged step run again over the device state,
   /// through submit(); sets result.chunks from the block's header and counts flat steps.

@@ -34,6 +34,21 @@ __device__ __forceinline__ void grid_copy(const uint4* __restrict__ src, uint4* 
   }
 }
 
+/// The start of a step's loops, by one thread, over the header in `state` (count chunks, the
+/// first `fast` of them in the first loop): the previous step's faults folded, the loop's position
+/// reset, and each loop opened when it has chunks to run.
+__device__ __forceinline__ void open_step_loops(std::int32_t* state, StatusBlock* status, int count, int fast,
+                                                const StepConditionals& c) {
+  fold_step_faults(status);
+  state[W::next] = 0;
+  state[W::current] = 0;
+  state[W::arrived] = 0;
+  if (c.set) {
+    cudaGraphSetConditional(c.fast_loop, fast > 0 ? 1U : 0U);
+    cudaGraphSetConditional(c.loop, count > fast ? 1U : 0U);
+  }
+}
+
 __global__ void __launch_bounds__(kStepCopyThreads)
     step_head_kernel(const std::int32_t* __restrict__ staging, std::int32_t* __restrict__ state, StatusBlock* status,
                      const uint4* __restrict__ chunks, uint4* __restrict__ step_meta, int vectors,
@@ -41,17 +56,7 @@ __global__ void __launch_bounds__(kStepCopyThreads)
   if (staging == nullptr) {
     // A staged step run again (Executor::run_staged): the state and the step blocks still hold it,
     // from the launch that loaded it. Only the loop's position is reset. One thread.
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    fold_step_faults(status);
-    const int count = state[W::count];
-    const int fast = state[W::fast];
-    state[W::next] = 0;
-    state[W::current] = 0;
-    state[W::arrived] = 0;
-    if (c.set) {
-      cudaGraphSetConditional(c.fast_loop, fast > 0 ? 1U : 0U);
-      cudaGraphSetConditional(c.loop, count > fast ? 1U : 0U);
-    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) open_step_loops(state, status, state[W::count], state[W::fast], c);
     return;
   }
   // The host checked the count against max_chunks: staging holds what it wrote. One read over the
@@ -65,17 +70,10 @@ __global__ void __launch_bounds__(kStepCopyThreads)
       state[W::buckets + i] = staging[W::buckets + i];
     }
     if (threadIdx.x == 0) {
-      fold_step_faults(status);
       const int fast = staging[W::fast];
       state[W::count] = count;
-      state[W::next] = 0;
-      state[W::current] = 0;
-      state[W::arrived] = 0;
       state[W::fast] = fast;
-      if (c.set) {
-        cudaGraphSetConditional(c.fast_loop, fast > 0 ? 1U : 0U);
-        cudaGraphSetConditional(c.loop, count > fast ? 1U : 0U);
-      }
+      open_step_loops(state, status, count, fast, c);
     }
   }
   grid_copy(chunks, step_meta, static_cast<std::int64_t>(count) * vectors);
