@@ -4,12 +4,13 @@
 # per-TU flag such as --use_fast_math through SPGRAPH_ATTENTION_CUDA_FLAGS, or a kernel switch),
 # which scripts/attention_ab.sh cannot time side by side as paths of one binary.
 #
-# usage: scripts/attention_ab_bins.sh --rows LIST [--rounds N] NAME=BIN_DIR NAME=BIN_DIR ...
+# usage: scripts/attention_ab_bins.sh --rows LIST [--rounds N] [--launch MODE] NAME=BIN_DIR NAME=BIN_DIR ...
 #   each BIN_DIR holds a `bench` built for sm_90a; the first NAME is the reference of the A/B
 #   --rows    table A rows whose name contains one of the comma-separated parts (required: each
 #             invocation measures the ceilings first, about 2 s, so keep the list short)
 #   --rounds  invocations per binary (default 2); round r starts with binary r (mod n), so each
 #             binary follows each of the others and none is always first
+#   --launch  bench's --launch mode: oneshot (default), prepared or chain (docs/benchmarks.md, A)
 # BENCH_TIMEOUT (s, default 600) bounds each invocation, so a stuck one still leaves the summary.
 # Writes under $OUT (default /tmp/attention_ab_bins): bench_<NAME>_r<R>.{log,json}, ab_bins.txt.
 # Prints last one line per (row, binary): median over the rounds of bench's sustained time (µs),
@@ -18,19 +19,25 @@
 set -uo pipefail
 ROWS=""
 ROUNDS=2
+LAUNCH=oneshot
 BINS=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rows) ROWS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
+    --launch) LAUNCH=$2; shift 2 ;;
     *=*) BINS+=("$1"); shift ;;
     *) echo "$0: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 if [[ -z $ROWS || ${#BINS[@]} -lt 2 ]]; then
-  echo "usage: $0 --rows LIST [--rounds N] NAME=BIN_DIR NAME=BIN_DIR ..." >&2
+  echo "usage: $0 --rows LIST [--rounds N] [--launch MODE] NAME=BIN_DIR NAME=BIN_DIR ..." >&2
   exit 2
 fi
+case $LAUNCH in
+  oneshot | prepared | chain) ;;
+  *) echo "$0: --launch takes oneshot, prepared or chain, not '$LAUNCH'" >&2; exit 2 ;;
+esac
 OUT=${OUT:-/tmp/attention_ab_bins}
 mkdir -p "$OUT"
 n=${#BINS[@]}
@@ -44,7 +51,7 @@ for ((r = 0; r < ROUNDS; ++r)); do
     name=${b%%=*}
     dir=${b#*=}
     t0=$SECONDS
-    timeout "${BENCH_TIMEOUT:-600}" "$dir/bench" --tables A --rows "$ROWS" --paths automatic --json "$OUT/bench_${name}_r$r.json" \
+    timeout "${BENCH_TIMEOUT:-600}" "$dir/bench" --tables A --rows "$ROWS" --paths automatic --launch "$LAUNCH" --json "$OUT/bench_${name}_r$r.json" \
       >"$OUT/bench_${name}_r$r.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc
@@ -53,9 +60,11 @@ for ((r = 0; r < ROUNDS; ++r)); do
 done
 names=()
 for b in "${BINS[@]}"; do names+=("${b%%=*}"); done
-python3 - "$OUT" "$ROUNDS" "${names[@]}" <<'EOF' | tee "$OUT/ab_bins.txt"
+python3 - "$OUT" "$ROUNDS" "$LAUNCH" "${names[@]}" <<'EOF' | tee "$OUT/ab_bins.txt"
 import json, statistics, sys
-out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, rounds, launch, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+# bench names the automatic path's record "spgraph", "+MODE" appended for a launch mode other than oneshot
+variant = "spgraph" if launch == "oneshot" else "spgraph+" + launch
 us = {}        # (row, name) -> [us per round]
 flash = {}
 rows = []
@@ -66,7 +75,7 @@ for name in names:
         except (OSError, ValueError):
             continue
         for x in recs:
-            if x["suite"] == "attention" and x["variant"] == "spgraph" and x["metric"] == "gpu_us":
+            if x["suite"] == "attention" and x["variant"] == variant and x["metric"] == "gpu_us":
                 us.setdefault((x["name"], name), []).append(x["value"])
                 if x["name"] not in rows:
                     rows.append(x["name"])
