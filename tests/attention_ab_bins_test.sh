@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# scripts/attention_ab_bins.sh against fake `bench` binaries (no GPU): each writes one record of
+# the automatic path's variant for the launch mode it was given and a decoy record of another
+# variant, and a table row carrying FlashMLA's figure. Checks that the summary takes each build's
+# records of the requested mode only, its medians over the rounds, vs_ref and the ratio, and that
+# a bad --launch is refused before anything runs.
+set -uo pipefail
+script="$(cd "$(dirname "$0")/.." && pwd)/scripts/attention_ab_bins.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "attention_ab_bins_test: $*" >&2; exit 1; }
+
+# fake NAME US: a bench whose automatic path takes US µs in every mode (round r adds r µs)
+fake() {
+  mkdir -p "$work/$1"
+  cat >"$work/$1/bench" <<FAKE
+#!/usr/bin/env bash
+launch=oneshot
+while [[ \$# -gt 0 ]]; do
+  case \$1 in --launch) launch=\$2; shift 2 ;; --json) json=\$2; shift 2 ;; *) shift ;; esac
+done
+variant=spgraph
+[[ \$launch != oneshot ]] && variant="spgraph+\$launch"
+round=\${json##*_r}; round=\${round%.json}
+us=\$(python3 -c "print($2 + \$round)")
+cat >"\$json" <<JSON
+[{"suite": "attention", "name": "small-h64-k640/8192/sq64", "variant": "\$variant", "metric": "gpu_us", "value": \$us},
+ {"suite": "attention", "name": "small-h64-k640/8192/sq64", "variant": "spgraph+decoy", "metric": "gpu_us", "value": 999}]
+JSON
+echo "small-h64-k640       512   64   640   8192    64             wgmma      1      \$us     250.0        21.8   0.800  \$variant"
+FAKE
+  chmod +x "$work/$1/bench"
+}
+fake base 27
+fake cand 22
+
+for mode in oneshot prepared chain; do
+  args=(--rows sq64 --rounds 3)
+  [[ $mode != oneshot ]] && args+=(--launch "$mode")
+  OUT="$work/out-$mode" bash "$script" "${args[@]}" base="$work/base" cand="$work/cand" >"$work/$mode.log" 2>&1 ||
+    fail "$mode: exit $? ($(tail -3 "$work/$mode.log"))"
+  # base: rounds 27, 28, 29 -> median 28; cand: 22, 23, 24 -> 23; vs_ref 28 / 23; ratio 21.8 / median
+  line_base=$(grep -E "^small-h64-k640/8192/sq64 +base " "$work/out-$mode/ab_bins.txt") || fail "$mode: no base row"
+  line_cand=$(grep -E "^small-h64-k640/8192/sq64 +cand " "$work/out-$mode/ab_bins.txt") || fail "$mode: no cand row"
+  read -r _ _ med_b r0 _ r1 _ r2 vs_b ratio_b <<<"$line_base"
+  read -r _ _ med_c _ _ _ _ _ vs_c ratio_c <<<"$line_cand"
+  [[ $med_b == 28.0 && $r0 == 27.0 && $r1 == 28.0 && $r2 == 29.0 ]] || fail "$mode: base row '$line_base'"
+  [[ $med_c == 23.0 && $vs_b == 1.000 && $vs_c == 1.217 ]] || fail "$mode: cand row '$line_cand'"
+  [[ $ratio_b == 0.779 && $ratio_c == 0.948 ]] || fail "$mode: ratios '$ratio_b' '$ratio_c'"
+done
+
+OUT="$work/out-bad" bash "$script" --rows sq64 --launch bogus base="$work/base" cand="$work/cand" >"$work/bad.log" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] || fail "--launch bogus: exit $rc, expected 2"
+grep -q "oneshot, prepared or chain" "$work/bad.log" || fail "--launch bogus: no message naming the modes"
+[[ ! -e $work/out-bad ]] || fail "--launch bogus: wrote $work/out-bad before refusing"
+echo "attention_ab_bins_test: passed (3 launch modes, a bad mode refused)"
