@@ -20,8 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double us_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); }
-
 /// Reads and writes a buffer larger than the last-level cache, a line at a time (and, in 4 KiB
 /// pages, more pages than the TLBs hold): the step's inputs and staging block are then cold, as
 /// after a step's GPU time with other host work in it.

@@ -309,7 +309,7 @@ void measure_staged(graphs::Executor& ex, const graphs::StepInput& in, const std
       if (layer > 0) ++reruns;
       if (!busy) ex.synchronize();
       if (i < 10) continue;
-      const double us = std::chrono::duration<double, std::micro>(a1 - a0).count() - r.waited_us;
+      const double us = us_between(a0, a1) - r.waited_us;
       if (busy) {
         if (layer > 0) rerun_busy.push_back(us);
       } else if (layer == 0) {
@@ -320,7 +320,7 @@ void measure_staged(graphs::Executor& ex, const graphs::StepInput& in, const std
       }
     }
     ex.synchronize();
-    if (i >= 10 && !busy) stage.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() - s.waited_us);
+    if (i >= 10 && !busy) stage.push_back(us_between(t0, t1) - s.waited_us);
   }
   SPG_EXPECTS_AS(StateError, ex.staged_reruns() == reruns_before + static_cast<std::uint64_t>(reruns),
                  "bench: " << name << ": the later run_staged() calls did not run the staged step again");
@@ -403,7 +403,6 @@ void run_relaunch_probe(Reporter& rep) {
   const graphs::GraphExec other = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
   cudaStream_t stream = ex.stream();
   using Clock = std::chrono::steady_clock;
-  auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
   for (const int chunks : {1, 4, 16}) {
     BenchStep step;
     (void)stage_in_both_blocks(ex, config, chunks, step);
@@ -416,17 +415,17 @@ void run_relaunch_probe(Reporter& rep) {
       SPG_CUDA_TRY(exec.launch(stream));
       Clock::time_point t1 = Clock::now();
       SPG_CUDA_TRY(cudaStreamSynchronize(stream));
-      const double a = us(t0, t1);
+      const double a = us_between(t0, t1);
       t0 = Clock::now();
       SPG_CUDA_TRY(cudaGraphUpload(exec.get(), stream));
       t1 = Clock::now();
       SPG_CUDA_TRY(exec.launch(stream));
       Clock::time_point t2 = Clock::now();
       SPG_CUDA_TRY(cudaStreamSynchronize(stream));
-      const double b = us(t0, t1);
-      const double c = us(t1, t2);
+      const double b = us_between(t0, t1);
+      const double c = us_between(t1, t2);
       t0 = Clock::now();
-      while (us(t0, Clock::now()) < 2000.0) {
+      while (us_between(t0, Clock::now()) < 2000.0) {
       }
       t0 = Clock::now();
       SPG_CUDA_TRY(exec.launch(stream));
@@ -438,8 +437,8 @@ void run_relaunch_probe(Reporter& rep) {
       idle.push_back(a);
       upload.push_back(b);
       after_upload.push_back(c);
-      after_sleep.push_back(us(t0, t1));
-      other_after.push_back(us(t1, t2));
+      after_sleep.push_back(us_between(t0, t1));
+      other_after.push_back(us_between(t1, t2));
     }
     const std::string row = "launch-probe/relaunch/8-layer step graph, " + std::to_string(chunks) + " chunks";
     add_metrics(rep, row, "graph",

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -53,5 +54,10 @@ double median_gpu_us(cudaStream_t stream, const std::function<void()>& launch, T
 double median_host_us(const std::function<void()>& fn, TimingOptions opt = {});
 
 double median(std::vector<double> v);
+
+/// Microseconds from `a` to `b` on the steady clock.
+inline double us_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
 
 }  // namespace spg::bench

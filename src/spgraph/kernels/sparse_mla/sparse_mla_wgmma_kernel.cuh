@@ -325,9 +325,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   float m_run[2] = {kWgmmaMInit, kWgmmaMInit};
   float l_run[2] = {0.0f, 0.0f};
   float m_true[2] = {-CUDART_INF_F, -CUDART_INF_F};  // the rows' true max (m_run: the lazy reference)
-  // The reference max after a block whose candidate (max of the reference and the block's max) is
-  // `cand`: the candidate, unless it exceeds `ref` by no more than the lazy threshold.
-  auto next_ref = [](float ref, float cand) {
+  // The reference max after a block of row max `block_max`: max(ref, block_max), unless that
+  // exceeds `ref` by no more than the lazy threshold.
+  auto next_ref = [](float ref, float block_max) {
+    const float cand = fmaxf(ref, block_max);
     return cand - ref <= kWgmmaRescaleThreshold ? ref : cand;
   };
   // O *= the rows' factors; a warp whose factors are all exactly 1 skips it.
@@ -442,7 +443,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       float m_new[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        m_new[h] = next_ref(m_run[h], fmaxf(m_run[h], mx[h]));
+        m_new[h] = next_ref(m_run[h], mx[h]);
         m_true[h] = fmaxf(m_true[h], mx[h]);
       }
       softmax_update(m_new);
@@ -529,7 +530,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float m0 = m0_s[r0 + 8 * h];  // m0 >= m_run
-        m_new[h] = next_ref(m0, fmaxf(m0, mx[h]));
+        m_new[h] = next_ref(m0, mx[h]);
         m_true[h] = fmaxf(m_true[h], mx[h]);
       }
       softmax_update(m_new);
