@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "spgraph/core/error.hpp"
 #include "spgraph/core/resources.hpp"
 #include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
+#include "spgraph/kernels/spin/spin.hpp"
 
 namespace spg::bench {
 
@@ -287,7 +289,15 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       };
     };
     const TimingOptions timing_opt{small ? 10 : 3, small ? 50 : 20, warmup_ms, min_timed_ms};
-    auto time_one = [&](Timed& t) { return median_gpu_us(stream, launch_of(t), timing_opt) / per_sample; };
+    // "queued": a spin ahead of each sample's start event holds the device until the host has
+    // enqueued the event, the launch and the stop event, so the sample is the kernel's time on the
+    // device from an idle start, without the host's launch work or latency in it.
+    std::function<void(int)> before_each;
+    if (opt.launch == "queued")
+      before_each = [stream](int) { SPG_CUDA_TRY(kernels::launch_spin(kQueuedSpinNs, stream)); };
+    auto time_one = [&](Timed& t) {
+      return median_gpu_us(stream, launch_of(t), timing_opt, before_each) / per_sample;
+    };
     if (!burst && (rounds > 1 || !listed.empty()) && !timed.empty())
       median_gpu_us(stream, launch_of(timed.front()), TimingOptions{1, 1, kRowWarmupMs, 0.0});
     // Round r times the variants in turn starting from variant r (mod n), so over the rounds each
