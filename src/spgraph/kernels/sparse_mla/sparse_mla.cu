@@ -331,6 +331,9 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   const bool wgmma = is_wgmma(plan.kernel);
   out.grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
   p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks
+#ifdef SPGRAPH_WGMMA_NO_Q_PREFETCH
+  p.q_prefetch_ahead = 0;  // A/B switch (issue 15 round 11): no next-wave Q prefetch
+#endif
   const auto pick = [&](auto wgmma_tag) {
     constexpr bool kWgmma = decltype(wgmma_tag)::value;
     if (a.d_qk == 512) {

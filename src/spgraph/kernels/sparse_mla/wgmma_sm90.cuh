@@ -237,7 +237,12 @@ __device__ __forceinline__ void prefetch_tensormap(const void* map) {
 /// CTA's query rows, its output rows), so it does not push out the kv rows that many CTAs reread.
 __device__ __forceinline__ std::uint64_t l2_evict_first() {
   std::uint64_t policy;
+#ifdef SPGRAPH_WGMMA_NORMAL_POLICY
+  // A/B switch (issue 15 round 11): Q and out rows with the default priority
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+#else
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#endif
   return policy;
 }
 /// Bulk prefetch of `bytes` (a multiple of 16, 16-byte aligned) of global memory into L2; nothing
