@@ -10,7 +10,7 @@
 #             invocation measures the ceilings first, about 2 s, so keep the list short)
 #   --rounds  invocations per binary (default 2); round r starts with binary r (mod n), so each
 #             binary follows each of the others and none is always first
-#   --launch  bench's --launch mode: oneshot (default), prepared, chain or queued (docs/benchmarks.md, A)
+#   --launch  bench's --launch mode: oneshot (default), prepared, chain or gated (docs/benchmarks.md, A)
 # BENCH_TIMEOUT (s, default 600) bounds each invocation, so a stuck one still leaves the summary.
 # Writes under $OUT (default /tmp/attention_ab_bins): bench_<NAME>_r<R>.{log,json}, ab_bins.txt.
 # Prints last one line per (row, binary): median over the rounds of bench's sustained time (µs),
@@ -35,8 +35,8 @@ if [[ -z $ROWS || ${#BINS[@]} -lt 2 ]]; then
   exit 2
 fi
 case $LAUNCH in
-  oneshot | prepared | chain | queued) ;;
-  *) echo "$0: --launch takes oneshot, prepared, chain or queued, not '$LAUNCH'" >&2; exit 2 ;;
+  oneshot | prepared | chain | gated) ;;
+  *) echo "$0: --launch takes oneshot, prepared, chain or gated, not '$LAUNCH'" >&2; exit 2 ;;
 esac
 OUT=${OUT:-/tmp/attention_ab_bins}
 mkdir -p "$OUT"

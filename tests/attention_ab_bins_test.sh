@@ -34,7 +34,7 @@ FAKE
 fake base 27
 fake cand 22
 
-for mode in oneshot prepared chain queued; do
+for mode in oneshot prepared chain gated; do
   args=(--rows sq64 --rounds 3)
   [[ $mode != oneshot ]] && args+=(--launch "$mode")
   OUT="$work/out-$mode" bash "$script" "${args[@]}" base="$work/base" cand="$work/cand" >"$work/$mode.log" 2>&1 ||
@@ -52,6 +52,6 @@ done
 OUT="$work/out-bad" bash "$script" --rows sq64 --launch bogus base="$work/base" cand="$work/cand" >"$work/bad.log" 2>&1
 rc=$?
 [[ $rc -eq 2 ]] || fail "--launch bogus: exit $rc, expected 2"
-grep -q "oneshot, prepared, chain or queued" "$work/bad.log" || fail "--launch bogus: no message naming the modes"
+grep -q "oneshot, prepared, chain or gated" "$work/bad.log" || fail "--launch bogus: no message naming the modes"
 [[ ! -e $work/out-bad ]] || fail "--launch bogus: wrote $work/out-bad before refusing"
 echo "attention_ab_bins_test: passed (4 launch modes, a bad mode refused)"

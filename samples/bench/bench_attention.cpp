@@ -5,11 +5,13 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,6 +131,28 @@ void fill_bf16(void* dst, std::size_t count, const std::vector<std::uint16_t>& b
     done += n;
   }
 }
+
+/// The "gated" launch mode's gate: a page-locked word the device waits on ahead of each sample
+/// (kernels::launch_gate) and the host opens once the sample's events and launch are enqueued.
+/// Its destructor (on an exception too) opens every gate still closed, so no stream stays blocked.
+class LaunchGate {
+ public:
+  LaunchGate() : word_(sizeof(unsigned)) { std::atomic_ref<unsigned>(*word()).store(0); }
+  ~LaunchGate() { std::atomic_ref<unsigned>(*word()).store(std::numeric_limits<unsigned>::max()); }
+  LaunchGate(const LaunchGate&) = delete;
+  LaunchGate& operator=(const LaunchGate&) = delete;
+  /// A gate on `stream` that opens at the next open().
+  void enqueue(cudaStream_t stream) { SPG_CUDA_TRY(kernels::launch_gate(word(), ++next_, kGateTimeoutNs, stream)); }
+  void open() { std::atomic_ref<unsigned>(*word()).store(next_, std::memory_order_release); }
+
+ private:
+  /// Longer than any sample's enqueue; a gate past it opens by itself (the sample is then wrong,
+  /// but the stream is not blocked).
+  static constexpr unsigned long long kGateTimeoutNs = 1'000'000'000ULL;
+  [[nodiscard]] unsigned* word() const { return static_cast<unsigned*>(word_.data()); }
+  core::PinnedBuffer word_;
+  unsigned next_{0};
+};
 
 }  // namespace
 
@@ -274,6 +298,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       if (duplicate && !listed.empty()) continue;
       timed.push_back({np, plan, a, core::DeviceBuffer(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(a), 256)), {}, {}});
     }
+    LaunchGate gate;
     const bool prepared = opt.launch != "oneshot";
     const int per_sample = opt.launch == "chain" ? kChainLaunches : 1;
     if (prepared)
@@ -289,14 +314,18 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       };
     };
     const TimingOptions timing_opt{small ? 10 : 3, small ? 50 : 20, warmup_ms, min_timed_ms};
-    // "queued": a spin ahead of each sample's start event holds the device until the host has
+    // "gated": a gate ahead of each sample's start event holds the device until the host has
     // enqueued the event, the launch and the stop event, so the sample is the kernel's time on the
-    // device from an idle start, without the host's launch work or latency in it.
+    // device from an idle start, without the host's launch work or latency in it, and the device
+    // idles between samples no longer than one-shot lets it.
     std::function<void(int)> before_each;
-    if (opt.launch == "queued")
-      before_each = [stream](int) { SPG_CUDA_TRY(kernels::launch_spin(kQueuedSpinNs, stream)); };
+    std::function<void(int)> after_enqueue;
+    if (opt.launch == "gated") {
+      before_each = [&gate, stream](int) { gate.enqueue(stream); };
+      after_enqueue = [&gate](int) { gate.open(); };
+    }
     auto time_one = [&](Timed& t) {
-      return median_gpu_us(stream, launch_of(t), timing_opt, before_each) / per_sample;
+      return median_gpu_us(stream, launch_of(t), timing_opt, before_each, after_enqueue) / per_sample;
     };
     if (!burst && (rounds > 1 || !listed.empty()) && !timed.empty())
       median_gpu_us(stream, launch_of(timed.front()), TimingOptions{1, 1, kRowWarmupMs, 0.0});

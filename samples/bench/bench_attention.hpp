@@ -32,17 +32,16 @@ struct AttentionOptions {
   /// `prepared` (SparseMla::initialize once, then SparseMlaLaunch::run, as the pipeline's graphs
   /// and eager steps launch), `chain` (prepared, kChainLaunches launches back to back per sample,
   /// the sample divided by their count: the kernel's time without the idle GPU's launch latency),
-  /// `queued` (prepared, one launch per sample enqueued behind a kQueuedSpinNs spin, so that the
-  /// sample holds the kernel's device time from an idle start and none of the host's launch).
-  /// Figures of the last three carry the variant suffix "+prepared" / "+chain" / "+queued".
+  /// `gated` (prepared, one launch per sample, enqueued with the sample's events behind a gate
+  /// kernel that the host opens once all three are enqueued: the sample holds the kernel's device
+  /// time from an idle start and none of the host's launch, and the device idles between samples
+  /// as long as one-shot lets it, not longer).
+  /// Figures of the last three carry the variant suffix "+prepared" / "+chain" / "+gated".
   std::string launch{"oneshot"};
 };
 
 /// Launches per sample of AttentionOptions::launch "chain".
 inline constexpr int kChainLaunches = 8;
-/// The spin ahead of each sample of AttentionOptions::launch "queued": longer than the host needs
-/// to enqueue a sample's two events and launch (5-45 us on the H200 hosts measured).
-inline constexpr unsigned long long kQueuedSpinNs = 100'000;
 
 /// @brief Times the rows of table A and records, per row, suite "attention", name
 ///        "<label>/<s_kv>" (e.g. "V4-C2/32768"; small chunks "<label>/<s_kv>/sq<s_q>"), variant

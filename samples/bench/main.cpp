@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--launch" && i + 1 < argc) {
       launch = argv[++i];
-      if (launch != "oneshot" && launch != "prepared" && launch != "chain" && launch != "queued") {
-        std::fprintf(stderr, "bench: --launch takes oneshot, prepared, chain or queued, not '%s'\n", launch.c_str());
+      if (launch != "oneshot" && launch != "prepared" && launch != "chain" && launch != "gated") {
+        std::fprintf(stderr, "bench: --launch takes oneshot, prepared, chain or gated, not '%s'\n", launch.c_str());
         return 2;
       }
     } else if (a == "--no-ceilings") {
@@ -127,7 +127,8 @@ int main(int argc, char** argv) {
                   "             of warm-up and over at least 100 ms (the long rows measure up to 12%% faster so)\n"
                   "  --launch   table A: oneshot (SparseMla::run per call, default), prepared (initialize once,\n"
                   "             SparseMlaLaunch::run per call), chain (prepared, 8 back-to-back launches per sample)\n"
-                  "             or queued (prepared, each sample enqueued behind a 100 us spin: device time only)\n"
+                  "             or gated (prepared, each sample enqueued behind a gate the host opens after it:\n"
+                  "             the kernel's device time from an idle start, without the host's launch)\n"
                   "  --no-ceilings  skip the copy and GEMM ceilings (2 s; for repeated A/B invocations in one run)\n"
                   "  --staging-reps  table S: repetitions per row (default 20000; median of them)\n"
                   "  --json     write every record to FILE\n"

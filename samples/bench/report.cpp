@@ -56,7 +56,7 @@ void Reporter::print_table(const std::string& suite) const {
 }
 
 double median_gpu_us(cudaStream_t stream, const std::function<void()>& launch, TimingOptions opt,
-                     const std::function<void(int)>& before_each) {
+                     const std::function<void(int)>& before_each, const std::function<void(int)>& after_enqueue) {
   using Clock = std::chrono::steady_clock;
   const auto ms_since = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -66,6 +66,7 @@ double median_gpu_us(cudaStream_t stream, const std::function<void()>& launch, T
   for (; call < opt.warmup || ms_since(warm_start) < opt.warmup_ms; ++call) {
     if (before_each) before_each(call);
     launch();
+    if (after_enqueue) after_enqueue(call);
     if (call % 16 == 15) SPG_CUDA_TRY(cudaStreamSynchronize(stream));  // keep the queue short
   }
   SPG_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -79,6 +80,7 @@ double median_gpu_us(cudaStream_t stream, const std::function<void()>& launch, T
     start.record(stream);
     launch();
     stop.record(stream);
+    if (after_enqueue) after_enqueue(call);
     stop.synchronize();
     us.push_back(1000.0 * stop.elapsed_ms_since(start));
   }

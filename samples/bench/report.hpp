@@ -38,7 +38,9 @@ class Reporter {
 
 /// Timing of `reps` calls of `launch` on `stream` after `warmup` calls, each call bracketed by
 /// CUDA events; returns the median in microseconds. `before_each` (optional, untimed) runs before
-/// each call, for instance to rotate inputs. `warmup_ms` and `min_timed_ms` stretch the warm-up
+/// each call, for instance to rotate inputs; `after_enqueue` (optional) after a timed call's stop
+/// event is enqueued and before the host waits for it (to open a gate `before_each` enqueued
+/// ahead of the start event). `warmup_ms` and `min_timed_ms` stretch the warm-up
 /// and the timed calls to at least that much wall time, so a short kernel is timed under its own
 /// steady load, not in the state the previous measurement left the GPU in.
 struct TimingOptions {
@@ -48,7 +50,8 @@ struct TimingOptions {
   double min_timed_ms{0.0};
 };
 double median_gpu_us(cudaStream_t stream, const std::function<void()>& launch, TimingOptions opt = {},
-                     const std::function<void(int)>& before_each = {});
+                     const std::function<void(int)>& before_each = {},
+                     const std::function<void(int)>& after_enqueue = {});
 
 /// Median of host-side wall time per call of `fn` (microseconds), after warm-up.
 double median_host_us(const std::function<void()>& fn, TimingOptions opt = {});

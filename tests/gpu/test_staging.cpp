@@ -5,10 +5,13 @@
 // outputs are copied aside on the device and compared with the same input run on its own.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/catch.hpp"
@@ -284,4 +287,41 @@ TEST_CASE("synchronize and the run's faults wait for a launch on a caller's busy
   CHECK(cudaStreamQuery(s.get()) == cudaSuccess);
   const int rows = ex.buckets().t_of(ex.buckets().lookup(2, 20));
   CHECK(same_rows(test::read_outputs(ex, 0, ex.config().max_tokens), want, rows, ex));
+}
+
+// The bench's gated launches (table A, `--launch gated`) rest on this kernel: the device must not
+// pass the gate before the host opens it, must pass it soon after, and must pass it by itself once
+// its timeout runs out, so that a host that never opens it cannot block the stream for good.
+TEST_CASE("a launch gate holds its stream until the host opens it, or until its timeout", "[gpu][staging]") {
+  using Clock = std::chrono::steady_clock;
+  core::PinnedBuffer word(sizeof(unsigned));
+  auto* gate = static_cast<unsigned*>(word.data());
+  std::atomic_ref<unsigned>(*gate).store(0);
+  core::Stream s;
+  core::Event passed;
+
+  // Opened by the host: closed for 50 ms, then through within a second of the store.
+  REQUIRE(kernels::launch_gate(gate, 1, 10'000'000'000ULL, s.get()) == cudaSuccess);
+  passed.record(s.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(cudaEventQuery(passed.get()) == cudaErrorNotReady);
+  auto t0 = Clock::now();
+  std::atomic_ref<unsigned>(*gate).store(1, std::memory_order_release);
+  SPG_CUDA_TRY(cudaStreamSynchronize(s.get()));
+  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 1.0);
+
+  // Already open (the word is past the value asked for): no wait.
+  REQUIRE(kernels::launch_gate(gate, 1, 10'000'000'000ULL, s.get()) == cudaSuccess);
+  t0 = Clock::now();
+  SPG_CUDA_TRY(cudaStreamSynchronize(s.get()));
+  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 1.0);
+
+  // Never opened: through by itself after its 200 ms timeout, not before.
+  REQUIRE(kernels::launch_gate(gate, 2, 200'000'000ULL, s.get()) == cudaSuccess);
+  t0 = Clock::now();
+  SPG_CUDA_TRY(cudaStreamSynchronize(s.get()));
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  CHECK(waited >= 0.15);
+  CHECK(waited < 5.0);
+  SPG_CUDA_TRY(cudaGetLastError());
 }
