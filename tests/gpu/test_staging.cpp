@@ -292,7 +292,7 @@ TEST_CASE("synchronize and the run's faults wait for a launch on a caller's busy
 // The bench's gated launches (table A, `--launch gated`) rest on this kernel: the device must not
 // pass the gate before the host opens it, must pass it soon after, and must pass it by itself once
 // its timeout runs out, so that a host that never opens it cannot block the stream for good.
-TEST_CASE("a launch gate holds its stream until the host opens it, or until its timeout", "[gpu][staging]") {
+TEST_CASE("a launch gate holds its stream until the host opens it or its timeout passes", "[gpu][staging][gate]") {
   using Clock = std::chrono::steady_clock;
   core::PinnedBuffer word(sizeof(unsigned));
   auto* gate = static_cast<unsigned*>(word.data());
