@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -298,7 +299,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       if (duplicate && !listed.empty()) continue;
       timed.push_back({np, plan, a, core::DeviceBuffer(std::max<std::size_t>(kernels::SparseMla::workspace_bytes(a), 256)), {}, {}});
     }
-    LaunchGate gate;
+    std::optional<LaunchGate> gate;  // "gated" only
     const bool prepared = opt.launch != "oneshot";
     const int per_sample = opt.launch == "chain" ? kChainLaunches : 1;
     if (prepared)
@@ -321,8 +322,9 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     std::function<void(int)> before_each;
     std::function<void(int)> after_enqueue;
     if (opt.launch == "gated") {
-      before_each = [&gate, stream](int) { gate.enqueue(stream); };
-      after_enqueue = [&gate](int) { gate.open(); };
+      gate.emplace();
+      before_each = [&gate, stream](int) { gate->enqueue(stream); };
+      after_enqueue = [&gate](int) { gate->open(); };
     }
     auto time_one = [&](Timed& t) {
       return median_gpu_us(stream, launch_of(t), timing_opt, before_each, after_enqueue) / per_sample;
