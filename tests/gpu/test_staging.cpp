@@ -294,6 +294,7 @@ TEST_CASE("synchronize and the run's faults wait for a launch on a caller's busy
 // its timeout runs out, so that a host that never opens it cannot block the stream for good.
 TEST_CASE("a launch gate holds its stream until the host opens it or its timeout passes", "[gpu][staging][gate]") {
   using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   core::PinnedBuffer word(sizeof(unsigned));
   auto* gate = static_cast<unsigned*>(word.data());
   std::atomic_ref<unsigned>(*gate).store(0);
@@ -308,19 +309,19 @@ TEST_CASE("a launch gate holds its stream until the host opens it or its timeout
   auto t0 = Clock::now();
   std::atomic_ref<unsigned>(*gate).store(1, std::memory_order_release);
   SPG_CUDA_TRY(cudaStreamSynchronize(s.get()));
-  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 1.0);
+  CHECK(seconds_since(t0) < 1.0);
 
   // Already open (the word is past the value asked for): no wait.
   REQUIRE(kernels::launch_gate(gate, 1, 10'000'000'000ULL, s.get()) == cudaSuccess);
   t0 = Clock::now();
   SPG_CUDA_TRY(cudaStreamSynchronize(s.get()));
-  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 1.0);
+  CHECK(seconds_since(t0) < 1.0);
 
   // Never opened: through by itself after its 200 ms timeout, not before.
   REQUIRE(kernels::launch_gate(gate, 2, 200'000'000ULL, s.get()) == cudaSuccess);
   t0 = Clock::now();
   SPG_CUDA_TRY(cudaStreamSynchronize(s.get()));
-  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double waited = seconds_since(t0);
   CHECK(waited >= 0.15);
   CHECK(waited < 5.0);
   SPG_CUDA_TRY(cudaGetLastError());

@@ -69,6 +69,17 @@ inline constexpr float kWgmmaRescaleThreshold = 8.0f;
 /// blocks NaN-free.
 inline constexpr float kWgmmaMInit = -1e30f;
 
+/// L2 policy of the rows one CTA reads or writes once (its Q rows, its out rows): evict-first, so
+/// they do not push out the kv rows many CTAs reread. The A/B switch SPGRAPH_WGMMA_NORMAL_POLICY
+/// (issue 15 round 11, measured neutral) gives them the default priority instead.
+__device__ __forceinline__ std::uint64_t wgmma_once_row_policy() {
+#ifdef SPGRAPH_WGMMA_NORMAL_POLICY
+  return l2_evict_normal();
+#else
+  return l2_evict_first();
+#endif
+}
+
 enum WgmmaBarrier : int { kWgBarM0 = 1, kWgBarM1 = 2, kWgBarS0 = 3, kWgBarS1 = 4, kWgBarL = 5, kWgBarEpi0 = 6 };
 
 /// Shared-memory plan of one d_qk (offsets from the 1024-byte aligned base).
@@ -211,7 +222,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // issued before) have landed. An item with no block loads no Q (nothing would wait for it).
     const __nv_bfloat16* qsrc =
         p.q + (static_cast<std::int64_t>(row_base) + token) * p.q_token_stride + head0 * D + c8 * 8;
-    const std::uint64_t q_policy = l2_evict_first();  // each Q row is read by one CTA only
+    const std::uint64_t q_policy = wgmma_once_row_policy();  // each Q row is read by one CTA only
     auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -656,7 +667,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   fence_proxy_async();  // the stmatrix writes, visible to the TMA engine
   named_barrier(kWgBarEpi0 + wg, 128);
   if (x == 0) {
-    const std::uint64_t policy = l2_evict_first();  // out rows are not read again here
+    const std::uint64_t policy = wgmma_once_row_policy();  // out rows are not read again here
 #pragma unroll
     for (int pn = 0; pn < 4; ++pn)
       tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, row_base + token, policy);

@@ -237,12 +237,13 @@ __device__ __forceinline__ void prefetch_tensormap(const void* map) {
 /// CTA's query rows, its output rows), so it does not push out the kv rows that many CTAs reread.
 __device__ __forceinline__ std::uint64_t l2_evict_first() {
   std::uint64_t policy;
-#ifdef SPGRAPH_WGMMA_NORMAL_POLICY
-  // A/B switch (issue 15 round 11): Q and out rows with the default priority
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-#else
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-#endif
+  return policy;
+}
+/// L2 policy "evict normal" (the default priority) for every line an access touches.
+__device__ __forceinline__ std::uint64_t l2_evict_normal() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
 /// Bulk prefetch of `bytes` (a multiple of 16, 16-byte aligned) of global memory into L2; nothing

@@ -5,26 +5,25 @@ namespace spg::kernels {
 
 namespace {
 
+/// The device's global timer, in nanoseconds.
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 __global__ void spin_kernel(unsigned long long ns) {
-  unsigned long long t0 = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (;;) {
-    unsigned long long t = 0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 >= ns) break;
+  const unsigned long long t0 = global_timer_ns();
+  while (global_timer_ns() - t0 < ns) {
   }
 }
 
 __global__ void gate_kernel(const unsigned* gate, unsigned open, unsigned long long timeout_ns) {
-  unsigned long long t0 = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const unsigned long long t0 = global_timer_ns();
   for (;;) {
     unsigned v = 0;
     asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(gate) : "memory");
-    if (v >= open) break;
-    unsigned long long t = 0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 >= timeout_ns) break;
+    if (v >= open || global_timer_ns() - t0 >= timeout_ns) break;
     __nanosleep(256);
   }
 }
