@@ -258,6 +258,7 @@ struct Report {
   const LoopStats& stats;
   const spg::graphs::WarmupReport& warm;
   std::uint64_t host_waits{0};
+  std::uint64_t flat_steps{0};  // steps launched as a flat step graph (--flat-steps)
   const spg::memory::AllocationCounter* counter{nullptr};  // null: allocations not counted
   std::uint64_t allocations{0};
   spg::kernels::RunFaults faults{};
@@ -285,6 +286,11 @@ void print_report(const Report& r) {
   std::printf("  GPU time per %s          p50 %.1f us, p99 %.1f us\n", opt.one_launch ? "step " : "chunk",
               percentile(st.gpu_us, 0.5), percentile(st.gpu_us, 0.99));
   std::printf("  graph hits / eager runs    %lld / %lld\n", st.graph_hits, st.eager_runs);
+  if (opt.flat_steps > 0) {
+    std::printf("  flat steps                 %llu of %lld launches (--flat-steps %d%s)\n",
+                static_cast<unsigned long long>(r.flat_steps), st.launches, opt.flat_steps,
+                opt.flat_pad ? ", --flat-pad" : "");
+  }
   std::printf("  padding waste              %.2f%% (%lld padded / %lld real tokens)\n", 100 * st.waste(), st.padded, st.tokens);
   if (r.counter != nullptr) {
     std::printf("  CUDA allocation calls      %llu after warm-up (CUPTI, %d callbacks watched; host times include\n"
@@ -327,7 +333,7 @@ void write_json(const Report& r) {
   const std::string name = r.counter != nullptr ? "serve_loop/default" : "serve_loop/no-cupti";
   const std::string variant =
       std::string(opt.eager ? "spgraph-eager" : "spgraph-graph") + (opt.engine_buffers ? "-engine-buffers" : "") +
-      (opt.one_launch ? "-one-launch" : "");
+      (opt.one_launch ? "-one-launch" : "") + (opt.flat_steps > 0 ? (opt.flat_pad ? "-flat-pad" : "-flat") : "");
   auto add = [&](const char* metric, double v) { rep.add({"executor", name, variant, metric, v}); };
   add("steps", static_cast<double>(opt.steps));
   add("tokens_per_s", st.tokens_per_s());
@@ -339,6 +345,7 @@ void write_json(const Report& r) {
   add("gpu_us_p50", percentile(st.gpu_us, 0.5));
   add("gpu_us_p99", percentile(st.gpu_us, 0.99));
   add("graph_hits", static_cast<double>(st.graph_hits));
+  if (opt.flat_steps > 0) add("flat_steps", static_cast<double>(r.flat_steps));
   add("eager_runs", static_cast<double>(st.eager_runs));
   add("padding_waste", st.waste());
   if (r.counter != nullptr) add("alloc_calls", static_cast<double>(r.allocations));
@@ -517,6 +524,8 @@ int run(const Options& opt) {
   if (opt.one_launch) {  // each scheduler step through run(StepInput): one launch a step
     eo.max_step_requests = opt.step_requests;
     eo.max_step_tokens = opt.budget;
+    eo.flat_step_chunks = opt.flat_steps;
+    eo.flat_step_pad = opt.flat_pad;
   }
   if (opt.engine_buffers) {  // a step's rows, with --one-launch
     engine = std::make_unique<samples::EngineBuffers>(config, eo.insert,
@@ -544,6 +553,7 @@ int run(const Options& opt) {
   // 3. The report: what the run measured, and whether it kept its promises.
   Report report{opt, loop.stats(), warm};
   report.host_waits = ex.host_waits();
+  report.flat_steps = ex.flat_steps();
   report.counter = counter;
   report.allocations = counter != nullptr ? counter->count() : 0;
   report.faults = ex.read_run_faults();

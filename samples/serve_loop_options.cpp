@@ -27,6 +27,7 @@ const std::vector<IntegerFlag> kIntegerFlags = {
     {"--max-tokens", 16, 65536},
     {"--max-model-len", 1, 1 << 20},
     {"--step-requests", 1, 4096},  // graphs::kMaxStepRequests
+    {"--flat-steps", 2, 4096},     // the executor refuses more than a step's most chunks
 };
 
 const IntegerFlag& integer_flag(const char* name) {
@@ -138,6 +139,11 @@ std::string serve_loop_help() {
          "  --step-requests N    most requests in a step with --one-launch, " + b("--step-requests") +
          " (default 64;\n"
          "                       the scheduler then opens at most N / R chunks a step)\n"
+         "  --flat-steps N       with --one-launch, steps of up to N chunks whose chunks are all full\n"
+         "                       launch one plain graph (flat_step_chunks, " + b("--flat-steps") + "; at most\n"
+         "                       a step's most chunks; warm-up captures N such graphs per staging block)\n"
+         "  --flat-pad           with --flat-steps, every step of up to N chunks launches its plain graph,\n"
+         "                       each chunk on the largest bucket (flat_step_pad)\n"
          "  --no-progress        no progress bar\n"
          "Integers are decimal digits only (no sign, spaces or hex).\n";
 }
@@ -183,6 +189,10 @@ ParsedCommandLine parse_serve_loop_options(const std::vector<std::string>& args)
         o.one_launch = true;
       } else if (a == "--step-requests") {
         o.step_requests = static_cast<int>(take_int("--step-requests"));
+      } else if (a == "--flat-steps") {
+        o.flat_steps = static_cast<int>(take_int("--flat-steps"));
+      } else if (a == "--flat-pad") {
+        o.flat_pad = true;
       } else if (a == "--steps") {
         o.steps = static_cast<long>(take_int("--steps"));
       } else if (a == "--verify") {
@@ -247,6 +257,8 @@ ParsedCommandLine parse_serve_loop_options(const std::vector<std::string>& args)
       throw UsageError{"--budget = " + std::to_string(o.budget) + " must be at most 1048576 with --one-launch "
                        "(max_step_tokens)"};
     }
+    if (o.flat_steps > 0 && !o.one_launch) throw UsageError{"--flat-steps needs --one-launch"};
+    if (o.flat_pad && o.flat_steps == 0) throw UsageError{"--flat-pad needs --flat-steps"};
     if (o.min_len > o.max_len) {
       throw UsageError{"--min-len = " + std::to_string(o.min_len) + " must be at most --max-len = " +
                        std::to_string(o.max_len)};

@@ -26,6 +26,8 @@ struct ServeLoopOptions {
   bool allow_faults{false};      // --allow-faults: device faults over the run do not fail the exit code
   bool one_launch{false};        // --one-launch: each scheduler step whole through run(StepInput)
   int step_requests{64};         // --step-requests: max_step_requests with --one-launch
+  int flat_steps{0};             // --flat-steps: flat_step_chunks with --one-launch
+  bool flat_pad{false};          // --flat-pad: flat_step_pad (with --flat-steps)
   long steps{1000};
   int verify{0};
   std::string json;

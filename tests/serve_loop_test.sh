@@ -7,7 +7,9 @@
 # (--one-launch), in graph mode (every 20th step verified chunk by chunk on its rows of the step,
 # zero allocations after warm-up) and in eager mode (verified too): their two checksums must be identical (they
 # differ from the per-chunk runs' by design: the front fills a step's inputs otherwise, and chunk
-# graphs write padded rows). Exit 77 (skipped) without a GPU.
+# graphs write padded rows); with flat step graphs for all-full steps (--flat-steps) the checksum
+# is the same again, and with every step flat (--flat-pad, each chunk on the largest bucket) the
+# verified steps pass and no allocation is made. Exit 77 (skipped) without a GPU.
 set -uo pipefail
 serve_loop=${1:?usage: serve_loop_test.sh path/to/serve_loop}
 trace=(--steps 200 --seed 11 --max-tokens 256 --max-model-len 8192 --min-len 300 --max-len 8192
@@ -21,7 +23,9 @@ derived_log=$(mktemp)
 engine_log=$(mktemp)
 one_graph_log=$(mktemp)
 one_eager_log=$(mktemp)
-trap 'rm -f "$graph_log" "$eager_log" "$derived_log" "$engine_log" "$one_graph_log" "$one_eager_log"' EXIT
+flat_log=$(mktemp)
+pad_log=$(mktemp)
+trap 'rm -f "$graph_log" "$eager_log" "$derived_log" "$engine_log" "$one_graph_log" "$one_eager_log" "$flat_log" "$pad_log"' EXIT
 "$serve_loop" "${args[@]}" --mode graph >"$graph_log" 2>&1
 rc=$?
 cat "$graph_log"
@@ -83,3 +87,23 @@ if [ -z "$og" ] || [ "$og" != "$oe" ]; then
 fi
 grep "verified steps" "$one_eager_log"
 echo "serve_loop_test: one-launch graph and eager outputs are bit-identical ($og)"
+
+"$serve_loop" "${one_launch[@]}" --mode graph --flat-steps 4 >"$flat_log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { cat "$flat_log"; echo "serve_loop_test: one-launch run with flat steps failed (exit $rc)"; exit 1; }
+grep -q "verified steps *10 passed, 0 failed" "$flat_log" || { cat "$flat_log"; echo "serve_loop_test: flat-step verification did not pass 10 steps"; exit 1; }
+of=$(grep "output checksum" "$flat_log")
+if [ "$og" != "$of" ]; then
+  echo "serve_loop_test: one-launch outputs with and without flat step graphs differ: '$og' vs '$of'"
+  exit 1
+fi
+grep "flat steps" "$flat_log"
+echo "serve_loop_test: flat step graphs give bit-identical outputs"
+
+"$serve_loop" "${one_launch[@]}" --mode graph --flat-steps 4 --flat-pad >"$pad_log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { cat "$pad_log"; echo "serve_loop_test: one-launch run with padded flat steps failed (exit $rc)"; exit 1; }
+grep -q "verified steps *10 passed, 0 failed" "$pad_log" || { cat "$pad_log"; echo "serve_loop_test: padded flat-step verification did not pass 10 steps"; exit 1; }
+grep -q "CUDA allocation calls *0 after warm-up" "$pad_log" || { cat "$pad_log"; echo "serve_loop_test: padded flat steps allocated after warm-up"; exit 1; }
+grep -E "flat steps|output checksum" "$pad_log"
+echo "serve_loop_test: padded flat steps pass verification"

@@ -252,7 +252,7 @@ class Executor:
         """Steps launched so far."""
     @property
     def flat_steps(self) -> int:
-        """Steps launched as a flat step graph (the option flat_step_chunks)."""
+        """Steps launched as a flat step graph (the options flat_step_chunks, flat_step_pad)."""
     @property
     def staged_chunks(self) -> int:
         """Chunks of the staged step (-1: none staged)."""

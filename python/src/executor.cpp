@@ -125,7 +125,7 @@ std::vector<int> int_list(nb::handle v, const std::string& what) {
 
 const char* const kOptions[] = {"r_buckets",       "t_buckets",       "programs",        "insert",
                                 "capture",         "time_host_phases", "device",         "max_step_requests",
-                                "max_step_tokens", "flat_step_chunks"};
+                                "max_step_tokens", "flat_step_chunks", "flat_step_pad"};
 
 /// ExecutorOptions from the keyword options of spgraph.Executor (a dict); `device` set when given.
 graphs::ExecutorOptions executor_options(nb::handle options, int& device) {
@@ -156,6 +156,8 @@ graphs::ExecutorOptions executor_options(nb::handle options, int& device) {
       o.max_step_tokens = int_value(value, k, -2147483648LL, 2147483647LL);
     } else if (k == "flat_step_chunks") {
       o.flat_step_chunks = int_value(value, k, -2147483648LL, 2147483647LL);
+    } else if (k == "flat_step_pad") {
+      o.flat_step_pad = bool_value(value, k);
     } else if (k == "device") {
       if (!value.is_none()) device = int_value(value, k, 0, 1 << 16);
     } else {
@@ -619,7 +621,7 @@ void bind_executor(nb::module_& m) {
            "The layers of program p.")
       .def_prop_ro("steps", [](const Executor& ex) { return ex.ex().steps(); }, "Steps launched so far.")
       .def_prop_ro("flat_steps", [](const Executor& ex) { return ex.ex().flat_steps(); },
-                   "Steps launched as a flat step graph (the option flat_step_chunks).")
+                   "Steps launched as a flat step graph (the options flat_step_chunks, flat_step_pad).")
       .def_prop_ro("staged_chunks", [](const Executor& ex) { return ex.ex().staged_chunks(); },
                    "Chunks of the staged step (-1: none staged).")
       .def_prop_ro("staged_reruns", [](const Executor& ex) { return ex.ex().staged_reruns(); },

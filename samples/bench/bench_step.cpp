@@ -348,12 +348,16 @@ void measure_staged(graphs::Executor& ex, const graphs::StepInput& in, const std
               median(gpu_rerun), median(gpu_step), 100.0 * (median(gpu_rerun) / median(gpu_step) - 1.0));
 }
 
-/// All-full steps through flat step graphs (ExecutorOptions::flat_step_chunks = kMaxChunks): an
-/// executor of its own, then per step size the host time of run() (idle device) and the GPU time
-/// of the step against its chunks run one by one. Rows step-flat/<program>/<k> chunks.
+/// Steps through flat step graphs (ExecutorOptions::flat_step_chunks = kMaxChunks, flat_step_pad):
+/// an executor of its own, then per step size the host time of run() (idle device) and the GPU
+/// time of the step against its chunks run one by one, and the staged step's figures; all-full
+/// steps (rows step-flat/<program>/<k> chunks, staged-flat/...; the staged step of one chunk
+/// through the flat graph of one chunk) and steps whose last chunk is one request (not full:
+/// padded to the largest bucket; rows ...<k> chunks, last not full).
 void time_flat_steps(const model::PipelineConfig& config, graphs::ExecutorOptions opt, const std::string& program,
                      Reporter& rep) {
   opt.flat_step_chunks = kMaxChunks;
+  opt.flat_step_pad = true;
   graphs::Executor ex(config, opt);
   const graphs::WarmupReport w = ex.warmup();
   fill_inputs(ex);
@@ -367,19 +371,22 @@ void time_flat_steps(const model::PipelineConfig& config, graphs::ExecutorOption
   rep.add({"executor", "step-flat/" + program + "/warmup", "spgraph-step", "graph_device_bytes",
            static_cast<double>(w.graph_device_bytes)});
   graphs::StepSplitter splitter(config, ex.step_layout());
-  for (const int chunks : {4, 16}) {
+  for (const auto& [chunks, last] : {std::pair{1, kR}, std::pair{4, kR}, std::pair{16, kR}, std::pair{4, 1},
+                                     std::pair{16, 1}}) {
     BenchStep step;
-    make_step(config, chunks, step);
+    make_step(config, chunks, step, last);
     const graphs::StepInput in{step.requests};
-    const std::uint64_t flat_before = ex.flat_steps();
-    const int runs =
-        measure_step(ex, splitter, in, /*eager=*/false, "step-flat/" + program + "/" + std::to_string(chunks) + " chunks", rep);
-    SPG_EXPECTS_AS(StateError, ex.flat_steps() == flat_before + static_cast<std::uint64_t>(runs),
-                   "bench: an all-full step of " << chunks << " chunks did not launch its flat step graph");
+    const std::string size = std::to_string(chunks) + " chunks" + (last < kR ? ", last not full" : "");
+    if (chunks > 1) {  // run(StepInput) launches a step of one chunk as a chunk
+      const std::uint64_t flat_before = ex.flat_steps();
+      const int runs = measure_step(ex, splitter, in, /*eager=*/false, "step-flat/" + program + "/" + size, rep);
+      SPG_EXPECTS_AS(StateError, ex.flat_steps() == flat_before + static_cast<std::uint64_t>(runs),
+                     "bench: the step of " << size << " did not launch its flat step graph");
+    }
     const std::uint64_t flat_staged = ex.flat_steps();
-    measure_staged(ex, in, "staged-flat/" + program + "/" + std::to_string(chunks) + " chunks", rep);
+    measure_staged(ex, in, "staged-flat/" + program + "/" + size, rep);
     SPG_EXPECTS_AS(StateError, ex.flat_steps() > flat_staged,
-                   "bench: the staged all-full step of " << chunks << " chunks did not launch its flat graphs");
+                   "bench: the staged step of " << size << " did not launch its flat graphs");
   }
   SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the flat steps faulted");
 }
@@ -560,6 +567,16 @@ void run_step_benchmarks(Reporter& rep) {
       (void)measure_step(ex, splitter, in, /*eager=*/true, name, rep);
       time_runs(ex, in, name, "spgraph-step", rep);
       measure_staged(ex, in, "staged/" + program + "/" + std::to_string(chunks) + " chunks", rep);
+    }
+    // Steps whose last chunk is one request (not full): the step graph's second loop runs it,
+    // through its SWITCH at its own bucket (time_flat_steps pads the same steps instead).
+    for (const int chunks : {4, 16}) {
+      BenchStep step;
+      make_step(config, chunks, step, 1);
+      const graphs::StepInput in{step.requests};
+      const std::string size = std::to_string(chunks) + " chunks, last not full";
+      (void)measure_step(ex, splitter, in, /*eager=*/true, "step/" + program + "/" + size, rep);
+      measure_staged(ex, in, "staged/" + program + "/" + size, rep);
     }
     SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the step benchmark's steps faulted");
     time_flat_steps(config, opt, program, rep);

@@ -20,8 +20,8 @@ model::PipelineConfig step_config(bool model) {
   return c;
 }
 
-void make_step(const model::PipelineConfig& c, int chunks, BenchStep& out) {
-  const int n = chunks * kStepR;
+void make_step(const model::PipelineConfig& c, int chunks, BenchStep& out, int last_requests) {
+  const int n = (chunks - 1) * kStepR + last_requests;
   const int per_swa = c.swa_blocks_per_request();
   const int per_comp = c.compressed_blocks_per_request();
   out.swa.resize(static_cast<std::size_t>(n));

@@ -28,7 +28,8 @@ struct BenchStep {
   std::vector<graphs::RequestInput> requests;
 };
 
-/// Fills `out` (empty) with a step of `chunks` chunks for `config`.
-void make_step(const model::PipelineConfig& config, int chunks, BenchStep& out);
+/// Fills `out` (empty) with a step of `chunks` chunks for `config`, the last of `last_requests`
+/// requests (in [1, 4]; below 4 that chunk is not full: 64 x last_requests tokens).
+void make_step(const model::PipelineConfig& config, int chunks, BenchStep& out, int last_requests = kStepR);
 
 }  // namespace spg::bench

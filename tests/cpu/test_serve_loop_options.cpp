@@ -61,9 +61,11 @@ TEST_CASE("serve_loop states each integer bound once: the parser and --help agre
     CHECK(has(parse({f.name, std::to_string(f.hi + 1)}).error, bounds));
     if (f.lo > 0) CHECK(has(parse({f.name, std::to_string(f.lo - 1)}).error, bounds));
     // The lower bound alone is accepted, except where it breaks a cross-flag bound with the
-    // defaults (--max-len below --min-len's 1024, --max-model-len below --max-len's 65536).
+    // defaults (--max-len below --min-len's 1024, --max-model-len below --max-len's 65536) or
+    // needs another flag (--flat-steps: --one-launch).
     const std::string name = f.name;
-    CHECK(parse({f.name, std::to_string(f.lo)}).error.empty() == (name != "--max-len" && name != "--max-model-len"));
+    CHECK(parse({f.name, std::to_string(f.lo)}).error.empty() ==
+          (name != "--max-len" && name != "--max-model-len" && name != "--flat-steps"));
   }
   CHECK(has(help, "--budget B           max_num_batched_tokens per step, 16..16777216"));
   CHECK(parse({"--budget", "15"}).error == "--budget = '15' must be a decimal integer in [16, 16777216]");
@@ -113,4 +115,15 @@ TEST_CASE("serve_loop --one-launch takes whole steps, checksummed and verified",
   CHECK(help.find("with --one-launch of every step's rows") != std::string::npos);
   CHECK(has(parse({"--one-launch", "--budget", "2000000"}).error, "--budget = 2000000 must be at most 1048576"));
   CHECK(has(parse({"--step-requests", "4097"}).error, "[1, 4096]"));
+  // Flat step graphs: with --one-launch; padded ones with --flat-steps.
+  const ParsedCommandLine flat = parse({"--one-launch", "--flat-steps", "16", "--flat-pad"});
+  REQUIRE(flat.error.empty());
+  CHECK(flat.options.flat_steps == 16);
+  CHECK(flat.options.flat_pad);
+  CHECK(parse({}).options.flat_steps == 0);
+  CHECK(!parse({}).options.flat_pad);
+  CHECK(has(parse({"--flat-steps", "4"}).error, "--flat-steps needs --one-launch"));
+  CHECK(has(parse({"--one-launch", "--flat-pad"}).error, "--flat-pad needs --flat-steps"));
+  CHECK(has(parse({"--one-launch", "--flat-steps", "1"}).error, "--flat-steps = '1' must be a decimal integer in [2, 4096]"));
+  CHECK(help.find("--flat-pad") != std::string::npos);
 }

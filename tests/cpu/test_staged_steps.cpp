@@ -25,12 +25,13 @@ bool under_stub() {
 
 /// two_layer_config() (C4A h64, SWA-only; R 4, T 64), one program per layer, steps of up to 8
 /// requests and 256 tokens (at most 12 chunks), all-full steps of up to 4 chunks flat.
-graphs::ExecutorOptions options(int flat = 4) {
+graphs::ExecutorOptions options(int flat = 4, bool pad = false) {
   graphs::ExecutorOptions o;
   o.programs = {{0}, {1}};
   o.max_step_requests = 8;
   o.max_step_tokens = 256;
   o.flat_step_chunks = flat;
+  o.flat_step_pad = pad;
   return o;
 }
 
@@ -69,8 +70,8 @@ TEST_CASE("a staged step's first run reads its staging block, every later run th
   REQUIRE(under_stub());
   graphs::Executor ex(test::two_layer_config(), options());
   const graphs::WarmupReport w = ex.warmup();
-  // Per program the rerun step graph and its flat graphs of 2 .. 4 chunks.
-  CHECK(w.staged_step_graphs == 2 * (1 + 3));
+  // Per program the rerun step graph and its flat graphs of 1 .. 4 chunks.
+  CHECK(w.staged_step_graphs == 2 * (1 + 4));
   CHECK(ex.staged_chunks() == -1);
 
   // 215 tokens: [64] [30, 34] [16, 7, 41] [23]: the last chunk is not full, so the step graph.
@@ -129,19 +130,66 @@ TEST_CASE("an all-full staged step within flat_step_chunks runs its flat graph, 
   CHECK(ex.staged_reruns() == 2);
   require_ok(ex.run_staged_eager(0));  // eager: never the flat graph
   CHECK(ex.flat_steps() == 3);
-  // One full chunk (flat graphs start at two), and steps that are not all full: the step graph.
+  // One full chunk, staged: its flat graph of one chunk (run(StepInput) launches it as a chunk).
   require_ok(ex.stage(Step({64}).input()));
   require_ok(ex.run_staged(0));
+  require_ok(ex.run_staged(1));
+  CHECK(ex.flat_steps() == 5);
+  const graphs::RunResult one = ex.run(Step({64}).input(), 0);
+  require_ok(one);
+  CHECK(one.bucket >= 0);  // launched as a chunk
+  CHECK(ex.flat_steps() == 5);
+  // Steps that are not all full: the step graph.
   require_ok(ex.stage(Step({64, 64, 10}).input()));
   CHECK(ex.staged_chunks() == 3);
   require_ok(ex.run_staged(0));
   require_ok(ex.run_staged(1));
-  CHECK(ex.flat_steps() == 3);
-  // Four full chunks: the largest flat graph, loaded and rerun.
+  require_ok(ex.stage(Step({10}).input()));
+  require_ok(ex.run_staged(0));
+  CHECK(ex.flat_steps() == 5);
+  // Four full chunks: the largest flat graph, loaded and rerun; five, over flat_step_chunks: the
+  // step graph.
   require_ok(ex.stage(Step({64, 64, 64, 64}).input()));
   require_ok(ex.run_staged(1));
   require_ok(ex.run_staged(0));
-  CHECK(ex.flat_steps() == 5);
+  CHECK(ex.flat_steps() == 7);
+  const Step five({64, 64, 64, 10, 10, 10, 10, 10});  // [64] [64] [64] [10 x 4] [10]
+  require_ok(ex.stage(five.input()));
+  CHECK(ex.staged_chunks() == 5);
+  require_ok(ex.run_staged(0));
+  CHECK(ex.flat_steps() == 7);
+}
+
+TEST_CASE("with flat_step_pad every step within flat_step_chunks runs its flat graph, full or not", "[.stub][step]") {
+  REQUIRE(under_stub());
+  graphs::Executor ex(test::two_layer_config(), options(4, /*pad=*/true));
+  const graphs::WarmupReport w = ex.warmup();
+  CHECK(w.flat_step_graphs == 2 * 2 * 4);  // programs x step staging blocks x 1 .. 4 chunks
+  CHECK(w.staged_step_graphs == 2 * (1 + 4));
+  // Not all full: [64] [30, 34] [16, 7, 41] [23]; through run(StepInput) and staged.
+  const Step mixed({64, 30, 50, 7, 64});
+  const graphs::RunResult r = ex.run(mixed.input(), 1);
+  require_ok(r);
+  CHECK(r.chunks == 4);
+  CHECK(ex.flat_steps() == 1);
+  require_ok(ex.stage(mixed.input()));
+  require_ok(ex.run_staged(0));
+  require_ok(ex.run_staged(1));
+  CHECK(ex.flat_steps() == 3);
+  // One chunk that is not full: staged, its flat graph; through run(StepInput), a chunk.
+  require_ok(ex.stage(Step({10}).input()));
+  require_ok(ex.run_staged(1));
+  CHECK(ex.flat_steps() == 4);
+  require_ok(ex.run(Step({10}).input(), 0));
+  CHECK(ex.flat_steps() == 4);
+  // Over flat_step_chunks, and no chunk at all: the step graph; eager: never a flat graph.
+  const graphs::RunResult five = ex.run(Step({64, 64, 64, 10, 10, 10, 10, 10}).input(), 0);
+  require_ok(five);
+  CHECK(five.chunks == 5);
+  require_ok(ex.run(graphs::StepInput{}, 0));
+  require_ok(ex.run_eager(mixed.input(), 0));
+  CHECK(ex.flat_steps() == 4);
+  CHECK(ex.steps() == 8);  // every launch: 7 through run() and run_staged(), 1 eager
 }
 
 TEST_CASE("run_staged without a staged step is refused as not_staged; only an accepted run of a step replaces one",

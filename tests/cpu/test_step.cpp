@@ -219,6 +219,12 @@ TEST_CASE("step options are validated, naming the field and its bounds", "[cpu][
   graphs::ExecutorOptions no_steps;
   no_steps.flat_step_chunks = 4;
   CHECK(contains(refusal(c, no_steps), "flat_step_chunks = 4 needs steps"));
+  // Padded flat steps: only with flat step graphs.
+  flat.flat_step_chunks = 0;
+  flat.flat_step_pad = true;
+  CHECK(contains(refusal(c, flat), "flat_step_pad = true needs flat step graphs: set flat_step_chunks"));
+  flat.flat_step_chunks = 2;
+  CHECK(refusal(c, flat) == "accepted");
 }
 
 TEST_CASE("the step staging block: header, then 16-byte aligned chunk blocks, planned as pool slots", "[cpu][step]") {

@@ -510,7 +510,7 @@ TEST_CASE("an all-full step within flat_step_chunks launches one plain graph of 
   constexpr int kFlat = 12;
   graphs::Executor ex(cfg, step_options(true, kFlat));
   const graphs::WarmupReport report = ex.warmup();
-  CHECK(report.flat_step_graphs == 2 * ex.programs() * (kFlat - 1));
+  CHECK(report.flat_step_graphs == 2 * ex.programs() * kFlat);
   // The flat graph holds head, tail and per chunk next and the largest body's layers, no
   // conditional node.
   for (int p = 0; p < ex.programs(); ++p) {
@@ -563,13 +563,71 @@ TEST_CASE("an all-full step within flat_step_chunks launches one plain graph of 
   CHECK(ex.read_run_faults().total() == 0);
 }
 
+TEST_CASE("with flat_step_pad every step within flat_step_chunks launches its flat graph, bit for bit as its chunks "
+          "one by one at the largest bucket", "[gpu][step]") {
+  // The padded flat graph runs every chunk on the largest bucket's body: its reference is the
+  // same chunks run one by one by an executor whose only bucket is the largest (a chunk's own
+  // smaller bucket may take another attention path, the top-k split, whose sums round
+  // differently). Both executors start from the same seed: the same caches and step rows.
+  const model::PipelineConfig cfg = step_program();
+  constexpr int kFlat = 8;
+  graphs::ExecutorOptions opt = step_options(true, kFlat);
+  opt.flat_step_pad = true;
+  graphs::Executor ex(cfg, opt);
+  const graphs::WarmupReport report = ex.warmup();
+  CHECK(report.flat_step_graphs == 2 * ex.programs() * kFlat);
+  graphs::ExecutorOptions largest_only = step_options();
+  largest_only.r_buckets = {cfg.max_requests};
+  largest_only.t_buckets = {cfg.max_tokens};
+  graphs::Executor ref(cfg, largest_only);
+  ref.warmup();
+  REQUIRE(ref.buckets().size() == 1);
+  REQUIRE(ex.buckets().size() > 1);
+  StepStart at(ex, 41);
+  StepStart ref_at(ref, 41);
+  REQUIRE(ref_at.caches == at.caches);
+  REQUIRE(ref_at.rows.q == at.rows.q);
+  REQUIRE(ref_at.rows.topk == at.rows.topk);
+  REQUIRE(ref_at.rows.k_rows == at.rows.k_rows);
+  REQUIRE(ref_at.rows.compressed_k_rows == at.rows.compressed_k_rows);
+  std::mt19937_64& rng = at.world.rng();
+  int not_full = 0;
+  for (const int k : {3, 1, 8, 5, 2, 9, 12}) {
+    const StepData s = step_of(cfg, at.splitter, k, rng);
+    const bool all_full = is_all_full(ex, at.splitter, s);
+    not_full += all_full ? 0 : 1;
+    const int program = k % 2;
+    INFO("k = " << k << " chunks" << (all_full ? ", all full" : "") << ", program " << program);
+    const State want = run_from(ref, ref_at.splitter, ref_at.caches, s, ref_at.rows, program, How::chunks);
+    const std::uint64_t flat_before = ex.flat_steps();
+    if (k > 1) {  // run(StepInput) launches a step of one chunk as a chunk, at its own bucket
+      CHECK(run_from(ex, at.splitter, at.caches, s, at.rows, program, How::step_graph) == want);
+      CHECK(ex.flat_steps() == flat_before + (k <= kFlat ? 1 : 0));
+    }
+    // Staged: the first run from the staging block, then again from the device state.
+    write_caches(ex, at.caches);
+    poison_outputs(ex);
+    require_ok(ex.stage(s.input()));
+    require_ok(ex.run_staged(program));
+    CHECK(read_state(ex) == want);
+    write_caches(ex, at.caches);
+    poison_outputs(ex);
+    require_ok(ex.run_staged(program));
+    CHECK(read_state(ex) == want);
+    CHECK(ex.flat_steps() == flat_before + (k <= kFlat ? (k > 1 ? 3 : 2) : 0));
+  }
+  CHECK(not_full >= 5);  // the case is about steps that are not all full
+  CHECK(ex.read_run_faults().total() == 0);
+  CHECK(ref.read_run_faults().total() == 0);
+}
+
 TEST_CASE("a staged step runs for each program as run(StepInput) does, bit for bit: its first run from the staging "
           "block, every later run from the device state alone", "[gpu][step]") {
   const model::PipelineConfig cfg = step_program();
   constexpr int kFlat = 6;
   graphs::Executor ex(cfg, step_options(true, kFlat));
   const graphs::WarmupReport report = ex.warmup();
-  CHECK(report.staged_step_graphs == ex.programs() * kFlat);  // the step graph and kFlat - 1 flat ones each
+  CHECK(report.staged_step_graphs == ex.programs() * (1 + kFlat));  // the step graph and kFlat flat ones each
   StepStart at(ex, 31);
   auto& [world, start, splitter, rows] = at;
   std::mt19937_64& rng = world.rng();
@@ -592,7 +650,7 @@ TEST_CASE("a staged step runs for each program as run(StepInput) does, bit for b
   std::shuffle(ks.begin(), ks.end(), rng);
   std::uint64_t reruns = 0;
   for (const int k : ks) {
-    const bool full = k % 2 == 0;
+    const bool full = k % 2 == 0 || k == 1;  // one full chunk: staged, its flat graph of one chunk
     const StepData s = full ? full_step_of(cfg, splitter, k, rng) : step_of(cfg, splitter, k, rng);
     const bool all_full = is_all_full(ex, splitter, s);  // a random step may come out all full
     CHECK((!full || all_full));
@@ -638,8 +696,9 @@ TEST_CASE("a staged step runs for each program as run(StepInput) does, bit for b
     CHECK(read_state(ex) == want[1 - first]);
     ++reruns;
     CHECK(ex.staged_reruns() == reruns);
-    // An all-full step within kFlat ran its flat graphs: five graph runs (the eager one not).
-    CHECK(ex.flat_steps() == flat_before + (all_full && k >= 2 && k <= kFlat ? 5 : 0));
+    // An all-full step within kFlat ran its flat graphs, one chunk too: five graph runs (the
+    // eager one not).
+    CHECK(ex.flat_steps() == flat_before + (all_full && k <= kFlat ? 5 : 0));
   }
   CHECK(ex.read_run_faults().total() == 0);
 }

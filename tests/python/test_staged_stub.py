@@ -64,6 +64,13 @@ except spgraph.RunError as e:
     out["replaced_check"] = str(e)
 r = ex.run_staged(program=2)
 out["bad_program"] = r.status
+padded = spgraph.Executor(c, programs=[[0], [1]], max_step_requests=8, max_step_tokens=256, flat_step_chunks=4,
+                          flat_step_pad=True)
+report = padded.warmup()
+mixed = step([64, 30, 50, 7, 64])  # four chunks, the last not full
+out["pad"] = [report["flat_step_graphs"], padded.run_step(mixed).chunks, padded.flat_steps,
+              padded.stage_step(step([10])).chunks, padded.run_staged(program=1).ok, padded.flat_steps,
+              padded.run_step_eager(mixed).ok, padded.flat_steps]
 json.dump(out, sys.stdout)
 """
 
@@ -97,7 +104,7 @@ def child_output(tmp_path_factory):
 def test_stage_then_run_per_program(child_output):
     o = child_output
     assert o["before_warmup"] == "not_warmed_up"
-    assert o["staged_step_graphs"] == 2 * 4  # per program the rerun step graph and 3 flat ones
+    assert o["staged_step_graphs"] == 2 * 5  # per program the rerun step graph and 4 flat ones (1 .. 4 chunks)
     assert o["nothing_staged"][0] == "not_staged"
     assert o["nothing_staged"][1].startswith("run_staged: not_staged: no step staged")
     status, chunks, staged_chunks, steps = o["stage"]
@@ -120,6 +127,12 @@ def test_refusals_name_the_field_and_keep_the_staged_step(child_output):
 def test_all_full_steps_take_the_flat_graphs(child_output):
     # Three full chunks: both runs on the flat graphs, the second a rerun (3 + 1 reruns in all).
     assert child_output["flat"] == [3, True, True, 2, 4]
+
+
+def test_with_flat_step_pad_any_step_within_it_takes_the_flat_graphs(child_output):
+    # 2 programs x 2 staging blocks x 1 .. 4 chunks; the mixed step and a staged one-chunk step
+    # that is not full launch flat graphs; the eager step does not.
+    assert child_output["pad"] == [16, 4, 1, 1, True, 2, True, 2]
 
 
 def test_an_accepted_run_step_replaces_the_staged_step(child_output):

@@ -71,6 +71,10 @@ def test_step_options_round_trip_through_the_plan():
      r"flat_step_chunks = 1 must be 0 or in \[2, \d+\]"),
     ({"max_step_requests": 8, "max_step_tokens": 256, "flat_step_chunks": 99}, ValueError,
      r"flat_step_chunks = 99 must be 0 or in \[2, \d+\]"),
+    ({"max_step_requests": 8, "max_step_tokens": 256, "flat_step_pad": True}, ValueError,
+     r"flat_step_pad = true needs flat step graphs: set flat_step_chunks"),
+    ({"max_step_requests": 8, "max_step_tokens": 256, "flat_step_chunks": 2, "flat_step_pad": 1}, TypeError,
+     r"flat_step_pad must be a bool, not int"),
 ])
 def test_step_option_refusals(options, exc, pattern):
     expect(exc, pattern, spgraph.plan_executor, two_layers(), **options)
@@ -79,8 +83,8 @@ def test_step_option_refusals(options, exc, pattern):
 
 
 def test_unknown_option_lists_the_step_options():
-    expect(TypeError, r"the options are .*device, max_step_requests, max_step_tokens, flat_step_chunks$", spgraph.Executor,
-           two_layers(), max_steps=4)
+    expect(TypeError, r"the options are .*max_step_requests, max_step_tokens, flat_step_chunks, flat_step_pad$",
+           spgraph.Executor, two_layers(), max_steps=4)
 
 
 # ------------------------------------------------------------------------------ step-sized bindings

@@ -276,7 +276,7 @@ def test_an_all_full_step_runs_its_flat_graph_bit_for_bit():
     # chunks run one by one.
     config = step_config()
     rig = StepRig(config, seed=29, flat_step_chunks=8)
-    assert rig.report["flat_step_graphs"] == 2 * rig.report["programs"] * 7
+    assert rig.report["flat_step_graphs"] == 2 * rig.report["programs"] * 8
     rng = random.Random(13)
     T = config.max_tokens
     for k in (2, 5, 8, 11):
@@ -301,12 +301,40 @@ def test_an_all_full_step_runs_its_flat_graph_bit_for_bit():
     assert rig.ex.read_status()["total"] == 0
 
 
+def test_padded_flat_steps_equal_their_chunks_at_the_largest_bucket():
+    # flat_step_pad: every step of 1 .. 8 chunks launches its flat graph, each chunk on the
+    # largest bucket's body; the reference is the same chunks run one by one by an executor whose
+    # only bucket is the largest (same seed: the same inputs and caches).
+    config = step_config()
+    rig = StepRig(config, seed=41, flat_step_chunks=8, flat_step_pad=True)
+    ref = StepRig(config, seed=41, r_buckets=[config.max_requests], t_buckets=[config.max_tokens])
+    assert rig.report["flat_step_graphs"] == 2 * rig.report["programs"] * 8
+    assert ref.report["buckets"] == 1 and rig.report["buckets"] > 1
+    rng = random.Random(5)
+    T = config.max_tokens
+    not_full = 0
+    for k in (2, 5, 8, 3):
+        step = step_of(config, k, rng)
+        chunks = split(config, step.query_lens, step.seq_lens)
+        assert len(chunks) == k
+        not_full += not all(sum(t for _, t, _ in c) == T for c in chunks)
+        want = ref.run_chunks(step, k % 2)
+        before = rig.ex.flat_steps
+        r, got = rig.run_step(step, k % 2, eager=False)
+        assert r.ok and r.chunks == k, r.message
+        diff = same(got, want)
+        assert diff is None, f"k = {k}: {diff}"
+        assert rig.ex.flat_steps == before + 1
+    assert not_full >= 2
+    assert rig.ex.read_status()["total"] == 0 and ref.ex.read_status()["total"] == 0
+
+
 def test_a_staged_step_runs_each_program_as_run_step_does():
     # stage_step once, then run_staged per program (an engine's per-layer calls): the first launch
     # loads the step, the later ones run what the device holds; each equals run_step of that program.
     config = step_config()
     rig = StepRig(config, seed=37, flat_step_chunks=4)
-    assert rig.report["staged_step_graphs"] == rig.report["programs"] * 4
+    assert rig.report["staged_step_graphs"] == rig.report["programs"] * 5
     rng = random.Random(21)
     T = config.max_tokens
     reruns = 0

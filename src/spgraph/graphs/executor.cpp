@@ -125,6 +125,8 @@ ExecutorPlan plan_executor(model::PipelineConfig config, const ExecutorOptions& 
                 "flat_step_chunks = " << options.flat_step_chunks << " must be 0 or in [2, " << step.max_chunks
                                       << "] (the most chunks a step of these maxima splits into)");
   }
+  SPG_EXPECTS(!options.flat_step_pad || options.flat_step_chunks != 0,
+              "flat_step_pad = true needs flat step graphs: set flat_step_chunks");
   check_binding_shapes(config, options.buffers, programs, options.insert, step_bounds(options));
   memory::PoolPlan pool = plan_pipeline_pool(config, options.buffers, options.insert, step_bounds(options));
   plan_step_slots(pool, step);
@@ -401,16 +403,17 @@ WarmupReport Executor::warmup() {
       const auto t1 = std::chrono::steady_clock::now();
       // Per program and staging slot (the two step staging blocks, then a staged step run again
       // over the device state): the step graph, and the plain graphs of all-full steps of
-      // 2 .. flat_step_chunks chunks (the largest body's).
+      // 1 .. flat_step_chunks chunks (the largest body's; one chunk: a staged step's, as
+      // run(StepInput) launches a step of one chunk as a chunk).
       step_execs.resize(programs_.size());
       flat_execs.resize(programs_.size());
-      const int flat_graphs = options_.flat_step_chunks > 0 ? options_.flat_step_chunks - 1 : 0;
+      const int flat_graphs = options_.flat_step_chunks;
       for (std::size_t p = 0; p < programs_.size(); ++p) {
         for (const int staging : {0, 1, -1}) {
           const std::size_t slot = step_graph_slot(staging);
           const kernels::StepLoopArgs args = step_loop_args(staging);
           step_execs[p][slot] = GraphExec::instantiate(build_step_graph(args, bodies[p], stream()).graph, stream());
-          for (int k = 2; k <= options_.flat_step_chunks; ++k) {
+          for (int k = 1; k <= options_.flat_step_chunks; ++k) {
             flat_execs[p][slot].push_back(
                 GraphExec::instantiate(build_flat_step_graph(args, *bodies[p].back(), k, stream()), stream()));
           }
@@ -691,13 +694,14 @@ void Executor::submit_step(int program, int block, bool rerun, bool graph, cudaS
   const std::size_t p = static_cast<std::size_t>(program);
   const std::size_t slot = step_graph_slot(rerun ? -1 : block);
   // An all-full step (every chunk on the largest bucket: the first loop's whole) within
-  // flat_step_chunks launches its plain graph; any other the step graph. Eager, the bodies the
-  // header names, as the step graph runs them (its first loop's included).
-  const bool flat = graph && chunks >= 2 && chunks <= options_.flat_step_chunks &&
-                    header[kernels::StepStateWords::fast] == chunks;
+  // flat_step_chunks launches its plain graph, with flat_step_pad any step within it; any other
+  // the step graph. Eager, the bodies the header names, as the step graph runs them (its first
+  // loop's included). A step of no chunk takes the step graph (which runs none).
+  const bool flat = graph && chunks >= 1 && chunks <= options_.flat_step_chunks &&
+                    (options_.flat_step_pad || header[kernels::StepStateWords::fast] == chunks);
   const std::span<const int> buckets(header + kernels::StepStateWords::buckets, static_cast<std::size_t>(chunks));
   submit(rerun ? -1 : 2 + block, stream, result, [&] {
-    if (flat) return flat_execs_[p][slot][static_cast<std::size_t>(chunks - 2)].launch(stream);
+    if (flat) return flat_execs_[p][slot][static_cast<std::size_t>(chunks - 1)].launch(stream);
     return graph ? step_execs_[p][slot].launch(stream)
                  : record_step_eager(step_loop_args(rerun ? -1 : block), bodies_[p], buckets, stream);
   });

@@ -51,10 +51,19 @@ struct ExecutorOptions {
   /// Steps of 2 .. flat_step_chunks chunks that are all full (every chunk's bucket has the
   /// largest T, so the step graph's first loop would run all of them) launch one plain graph of
   /// that many copies of the largest bucket's body instead (build_flat_step_graph): the same
-  /// kernels, no conditional node to launch or to run. 0: none; otherwise steps are on and
-  /// flat_step_chunks is in [2, StepLayout::max_chunks]. Warm-up instantiates
-  /// flat_step_chunks - 1 such graphs per program and staging block.
+  /// kernels, no conditional node to launch or to run; so does a staged all-full step of one
+  /// chunk (run_staged; run(StepInput) launches a step of one chunk as a chunk). 0: none;
+  /// otherwise steps are on and flat_step_chunks is in [2, StepLayout::max_chunks]. Warm-up
+  /// instantiates flat_step_chunks such graphs (1 .. flat_step_chunks chunks) per program and
+  /// staging block.
   int flat_step_chunks{0};
+  /// With flat_step_chunks: steps within it that are not all full launch their flat graph too, every chunk on the largest bucket's body. The outputs are the same bit
+  /// for bit (the kernels read each chunk's lengths from its metadata; the bucket sizes only
+  /// their grids); a chunk that is not full pays on the GPU for its bucket's grid beyond its
+  /// tokens, and on small chunks the largest bucket's attention path (docs/graphs.md, "Flat
+  /// steps"). Such a step's host cost is the flat graph's launch instead of the step graph's,
+  /// whose conditional nodes cost more to launch. Needs flat_step_chunks != 0.
+  bool flat_step_pad{false};
 };
 
 /// @brief What an executor is sized from, worked out on the host before any CUDA call: the
@@ -96,12 +105,12 @@ struct WarmupReport {
   /// Graphs for steps of one chunk: each bucket body with the chunk staging block's stage-in
   /// (programs x buckets x 2 staging blocks; 0 without steps).
   int one_chunk_step_graphs{0};
-  /// Plain graphs for all-full steps of 2 .. flat_step_chunks chunks (programs x 2 staging blocks
-  /// x (flat_step_chunks - 1); 0 without them).
+  /// Plain graphs for all-full steps of 1 .. flat_step_chunks chunks (programs x 2 staging blocks
+  /// x flat_step_chunks; 0 without them).
   int flat_step_graphs{0};
   /// Graphs of a staged step run again (run_staged after its first launch): per program the step
   /// graph without a staging block, and with flat_step_chunks its flat graphs likewise
-  /// (programs x flat_step_chunks; 0 without steps).
+  /// (programs x (1 + flat_step_chunks); 0 without steps).
   int staged_step_graphs{0};
   int buckets{0};
   int programs{0};
@@ -213,9 +222,9 @@ class Executor {
   /// block the device still reads.
   [[nodiscard]] RunResult stage(const StepInput& step) noexcept;
   /// Launches the staged step for `program` on `stream`, exactly as run(StepInput) would have (the
-  /// same kernels and rows; every step of two chunks or more through the step graph or, all full
-  /// within flat_step_chunks, the flat graph; a step of one chunk too, which run(StepInput)
-  /// launches as a chunk). Refused with not_staged when no step is staged: stage() accepted none
+  /// same kernels and rows; every step through the step graph or, all full within
+  /// flat_step_chunks (with flat_step_pad any within it), the flat graph; a step of one chunk
+  /// too, which run(StepInput) launches as a chunk). Refused with not_staged when no step is staged: stage() accepted none
   /// yet, or a run(StepInput) / run_eager(StepInput) the executor accepted has since replaced it
   /// (it loads the device step state). Never throws, never allocates, never waits.
   [[nodiscard]] RunResult run_staged(int program = 0) noexcept { return run_staged(program, stream()); }
@@ -277,7 +286,7 @@ class Executor {
   /// @throws StateError before warm-up; CudaError when the capture fails.
   [[nodiscard]] Graph record_graph(int program, int bucket, int staging) const;
   [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
-  /// Steps launched as a flat step graph (ExecutorOptions::flat_step_chunks).
+  /// Steps launched as a flat step graph (ExecutorOptions::flat_step_chunks, flat_step_pad).
   [[nodiscard]] std::uint64_t flat_steps() const noexcept { return flat_steps_; }
   /// Launches of a staged step that ran what an earlier launch had loaded (no staging block read).
   [[nodiscard]] std::uint64_t staged_reruns() const noexcept { return staged_reruns_; }
@@ -370,7 +379,7 @@ class Executor {
   std::vector<std::vector<const Pipeline*>> bodies_;  // each program's step bodies, in bucket order
   std::int32_t* step_meta_{nullptr};  // device step blocks: every chunk's metadata, staged by head
   // [program][step_graph_slot(staging)]: the step graphs of each step staging block, then of a
-  // staged step run again (no block); flat_execs_ [..][chunks - 2] the flat graphs of all-full steps.
+  // staged step run again (no block); flat_execs_ [..][chunks - 1] the flat graphs of all-full steps.
   static constexpr int kStepGraphSlots = 3;
   [[nodiscard]] static std::size_t step_graph_slot(int staging) noexcept {
     return staging < 0 ? 2 : static_cast<std::size_t>(staging);
