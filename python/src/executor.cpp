@@ -239,6 +239,7 @@ class Executor {
     d["one_chunk_step_graphs"] = w.one_chunk_step_graphs;
     d["flat_step_graphs"] = w.flat_step_graphs;
     d["staged_step_graphs"] = w.staged_step_graphs;
+    d["staged_one_chunk_graphs"] = w.staged_one_chunk_graphs;
     d["buckets"] = w.buckets;
     d["programs"] = w.programs;
     d["eager_ms"] = w.eager_ms;

@@ -351,9 +351,9 @@ void measure_staged(graphs::Executor& ex, const graphs::StepInput& in, const std
 /// Steps through flat step graphs (ExecutorOptions::flat_step_chunks = kMaxChunks, flat_step_pad):
 /// an executor of its own, then per step size the host time of run() (idle device) and the GPU
 /// time of the step against its chunks run one by one, and the staged step's figures; all-full
-/// steps (rows step-flat/<program>/<k> chunks, staged-flat/...; the staged step of one chunk
-/// through the flat graph of one chunk) and steps whose last chunk is one request (not full:
-/// padded to the largest bucket; rows ...<k> chunks, last not full).
+/// steps (rows step-flat/<program>/<k> chunks, staged-flat/...; staged steps of one chunk, full
+/// or not, through their bucket's plain graph) and steps whose last chunk is one request (not
+/// full: padded to the largest bucket; rows ...<k> chunks, last not full).
 void time_flat_steps(const model::PipelineConfig& config, graphs::ExecutorOptions opt, const std::string& program,
                      Reporter& rep) {
   opt.flat_step_chunks = kMaxChunks;
@@ -371,8 +371,8 @@ void time_flat_steps(const model::PipelineConfig& config, graphs::ExecutorOption
   rep.add({"executor", "step-flat/" + program + "/warmup", "spgraph-step", "graph_device_bytes",
            static_cast<double>(w.graph_device_bytes)});
   graphs::StepSplitter splitter(config, ex.step_layout());
-  for (const auto& [chunks, last] : {std::pair{1, kR}, std::pair{4, kR}, std::pair{16, kR}, std::pair{4, 1},
-                                     std::pair{16, 1}}) {
+  for (const auto& [chunks, last] : {std::pair{1, kR}, std::pair{1, 1}, std::pair{4, kR}, std::pair{16, kR},
+                                     std::pair{4, 1}, std::pair{16, 1}}) {
     BenchStep step;
     make_step(config, chunks, step, last);
     const graphs::StepInput in{step.requests};
@@ -569,13 +569,14 @@ void run_step_benchmarks(Reporter& rep) {
       measure_staged(ex, in, "staged/" + program + "/" + std::to_string(chunks) + " chunks", rep);
     }
     // Steps whose last chunk is one request (not full): the step graph's second loop runs it,
-    // through its SWITCH at its own bucket (time_flat_steps pads the same steps instead).
-    for (const int chunks : {4, 16}) {
+    // through its SWITCH at its own bucket (time_flat_steps pads the same steps instead; a staged
+    // step of one chunk takes its bucket's plain graph there).
+    for (const int chunks : {1, 4, 16}) {
       BenchStep step;
       make_step(config, chunks, step, 1);
       const graphs::StepInput in{step.requests};
       const std::string size = std::to_string(chunks) + " chunks, last not full";
-      (void)measure_step(ex, splitter, in, /*eager=*/true, "step/" + program + "/" + size, rep);
+      if (chunks > 1) (void)measure_step(ex, splitter, in, /*eager=*/true, "step/" + program + "/" + size, rep);
       measure_staged(ex, in, "staged/" + program + "/" + size, rep);
     }
     SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the step benchmark's steps faulted");

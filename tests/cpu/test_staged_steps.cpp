@@ -70,8 +70,10 @@ TEST_CASE("a staged step's first run reads its staging block, every later run th
   REQUIRE(under_stub());
   graphs::Executor ex(test::two_layer_config(), options());
   const graphs::WarmupReport w = ex.warmup();
-  // Per program the rerun step graph and its flat graphs of 1 .. 4 chunks.
-  CHECK(w.staged_step_graphs == 2 * (1 + 4));
+  // Per program the rerun step graph and its flat graphs of 2 .. 4 chunks; the plain graphs of
+  // one chunk, per bucket for both staging blocks and the reruns.
+  CHECK(w.staged_step_graphs == 2 * (1 + 3));
+  CHECK(w.staged_one_chunk_graphs == 2 * 3 * ex.buckets().size());
   CHECK(ex.staged_chunks() == -1);
 
   // 215 tokens: [64] [30, 34] [16, 7, 41] [23]: the last chunk is not full, so the step graph.
@@ -130,42 +132,43 @@ TEST_CASE("an all-full staged step within flat_step_chunks runs its flat graph, 
   CHECK(ex.staged_reruns() == 2);
   require_ok(ex.run_staged_eager(0));  // eager: never the flat graph
   CHECK(ex.flat_steps() == 3);
-  // One full chunk, staged: its flat graph of one chunk (run(StepInput) launches it as a chunk).
+  // One chunk, staged, full or not: the plain graph of its bucket (run(StepInput) launches it as
+  // a chunk, which counts no flat step).
   require_ok(ex.stage(Step({64}).input()));
-  require_ok(ex.run_staged(0));
-  require_ok(ex.run_staged(1));
-  CHECK(ex.flat_steps() == 5);
-  const graphs::RunResult one = ex.run(Step({64}).input(), 0);
-  require_ok(one);
-  CHECK(one.bucket >= 0);  // launched as a chunk
-  CHECK(ex.flat_steps() == 5);
-  // Steps that are not all full: the step graph.
-  require_ok(ex.stage(Step({64, 64, 10}).input()));
-  CHECK(ex.staged_chunks() == 3);
   require_ok(ex.run_staged(0));
   require_ok(ex.run_staged(1));
   require_ok(ex.stage(Step({10}).input()));
   require_ok(ex.run_staged(0));
-  CHECK(ex.flat_steps() == 5);
+  CHECK(ex.flat_steps() == 6);
+  const graphs::RunResult one = ex.run(Step({64}).input(), 0);
+  require_ok(one);
+  CHECK(one.bucket >= 0);  // launched as a chunk
+  CHECK(ex.flat_steps() == 6);
+  // Steps of several chunks that are not all full: the step graph.
+  require_ok(ex.stage(Step({64, 64, 10}).input()));
+  CHECK(ex.staged_chunks() == 3);
+  require_ok(ex.run_staged(0));
+  require_ok(ex.run_staged(1));
+  CHECK(ex.flat_steps() == 6);
   // Four full chunks: the largest flat graph, loaded and rerun; five, over flat_step_chunks: the
   // step graph.
   require_ok(ex.stage(Step({64, 64, 64, 64}).input()));
   require_ok(ex.run_staged(1));
   require_ok(ex.run_staged(0));
-  CHECK(ex.flat_steps() == 7);
+  CHECK(ex.flat_steps() == 8);
   const Step five({64, 64, 64, 10, 10, 10, 10, 10});  // [64] [64] [64] [10 x 4] [10]
   require_ok(ex.stage(five.input()));
   CHECK(ex.staged_chunks() == 5);
   require_ok(ex.run_staged(0));
-  CHECK(ex.flat_steps() == 7);
+  CHECK(ex.flat_steps() == 8);
 }
 
 TEST_CASE("with flat_step_pad every step within flat_step_chunks runs its flat graph, full or not", "[.stub][step]") {
   REQUIRE(under_stub());
   graphs::Executor ex(test::two_layer_config(), options(4, /*pad=*/true));
   const graphs::WarmupReport w = ex.warmup();
-  CHECK(w.flat_step_graphs == 2 * 2 * 4);  // programs x step staging blocks x 1 .. 4 chunks
-  CHECK(w.staged_step_graphs == 2 * (1 + 4));
+  CHECK(w.flat_step_graphs == 2 * 2 * 3);  // programs x step staging blocks x 2 .. 4 chunks
+  CHECK(w.staged_step_graphs == 2 * (1 + 3));
   // Not all full: [64] [30, 34] [16, 7, 41] [23]; through run(StepInput) and staged.
   const Step mixed({64, 30, 50, 7, 64});
   const graphs::RunResult r = ex.run(mixed.input(), 1);
@@ -176,7 +179,7 @@ TEST_CASE("with flat_step_pad every step within flat_step_chunks runs its flat g
   require_ok(ex.run_staged(0));
   require_ok(ex.run_staged(1));
   CHECK(ex.flat_steps() == 3);
-  // One chunk that is not full: staged, its flat graph; through run(StepInput), a chunk.
+  // One chunk that is not full: staged, its bucket's plain graph; through run(StepInput), a chunk.
   require_ok(ex.stage(Step({10}).input()));
   require_ok(ex.run_staged(1));
   CHECK(ex.flat_steps() == 4);

@@ -104,7 +104,7 @@ def child_output(tmp_path_factory):
 def test_stage_then_run_per_program(child_output):
     o = child_output
     assert o["before_warmup"] == "not_warmed_up"
-    assert o["staged_step_graphs"] == 2 * 5  # per program the rerun step graph and 4 flat ones (1 .. 4 chunks)
+    assert o["staged_step_graphs"] == 2 * 4  # per program the rerun step graph and 3 flat ones
     assert o["nothing_staged"][0] == "not_staged"
     assert o["nothing_staged"][1].startswith("run_staged: not_staged: no step staged")
     status, chunks, staged_chunks, steps = o["stage"]
@@ -130,9 +130,9 @@ def test_all_full_steps_take_the_flat_graphs(child_output):
 
 
 def test_with_flat_step_pad_any_step_within_it_takes_the_flat_graphs(child_output):
-    # 2 programs x 2 staging blocks x 1 .. 4 chunks; the mixed step and a staged one-chunk step
-    # that is not full launch flat graphs; the eager step does not.
-    assert child_output["pad"] == [16, 4, 1, 1, True, 2, True, 2]
+    # 2 programs x 2 staging blocks x 2 .. 4 chunks; the mixed step and a staged one-chunk step
+    # that is not full launch plain graphs; the eager step does not.
+    assert child_output["pad"] == [12, 4, 1, 1, True, 2, True, 2]
 
 
 def test_an_accepted_run_step_replaces_the_staged_step(child_output):

@@ -386,6 +386,7 @@ WarmupReport Executor::warmup() {
   }
   std::vector<std::array<GraphExec, kStepGraphSlots>> step_execs;
   std::vector<std::array<std::vector<GraphExec>, kStepGraphSlots>> flat_execs;
+  std::vector<std::array<std::vector<GraphExec>, kStepGraphSlots>> staged_one_execs;
   if (step_layout_.max_chunks > 0) {
     // The step kernels' eager pass: one chunk (the empty one) at bucket 0 through program 0's
     // body, then every body once on that chunk's metadata.
@@ -402,20 +403,28 @@ WarmupReport Executor::warmup() {
     if (options_.capture) {
       const auto t1 = std::chrono::steady_clock::now();
       // Per program and staging slot (the two step staging blocks, then a staged step run again
-      // over the device state): the step graph, and the plain graphs of all-full steps of
-      // 1 .. flat_step_chunks chunks (the largest body's; one chunk: a staged step's, as
-      // run(StepInput) launches a step of one chunk as a chunk).
+      // over the device state): the step graph, and with flat_step_chunks the plain graphs of
+      // steps of 2 .. flat_step_chunks chunks (the largest body's) and of one chunk at each
+      // bucket (a staged step's: run(StepInput) launches a step of one chunk as a chunk).
       step_execs.resize(programs_.size());
       flat_execs.resize(programs_.size());
-      const int flat_graphs = options_.flat_step_chunks;
+      staged_one_execs.resize(programs_.size());
+      const int flat_graphs = options_.flat_step_chunks > 0 ? options_.flat_step_chunks - 1 : 0;
       for (std::size_t p = 0; p < programs_.size(); ++p) {
         for (const int staging : {0, 1, -1}) {
           const std::size_t slot = step_graph_slot(staging);
           const kernels::StepLoopArgs args = step_loop_args(staging);
           step_execs[p][slot] = GraphExec::instantiate(build_step_graph(args, bodies[p], stream()).graph, stream());
-          for (int k = 1; k <= options_.flat_step_chunks; ++k) {
+          for (int k = 2; k <= options_.flat_step_chunks; ++k) {
             flat_execs[p][slot].push_back(
                 GraphExec::instantiate(build_flat_step_graph(args, *bodies[p].back(), k, stream()), stream()));
+          }
+          if (options_.flat_step_chunks > 0) {
+            for (const Pipeline* body : bodies[p]) {
+              staged_one_execs[p][slot].push_back(
+                  GraphExec::instantiate(build_flat_step_graph(args, *body, 1, stream()), stream()));
+            }
+            report.staged_one_chunk_graphs += static_cast<int>(bodies[p].size());
           }
           if (staging < 0) {
             report.staged_step_graphs += 1 + flat_graphs;
@@ -445,6 +454,7 @@ WarmupReport Executor::warmup() {
   bodies_ = std::move(bodies);
   step_execs_ = std::move(step_execs);
   flat_execs_ = std::move(flat_execs);
+  staged_one_execs_ = std::move(staged_one_execs);
   staged_ = Staged{};
   pool_.seal();
   report.pool_device_bytes = pool_.device_bytes();
@@ -694,18 +704,24 @@ void Executor::submit_step(int program, int block, bool rerun, bool graph, cudaS
   const std::size_t p = static_cast<std::size_t>(program);
   const std::size_t slot = step_graph_slot(rerun ? -1 : block);
   // An all-full step (every chunk on the largest bucket: the first loop's whole) within
-  // flat_step_chunks launches its plain graph, with flat_step_pad any step within it; any other
-  // the step graph. Eager, the bodies the header names, as the step graph runs them (its first
-  // loop's included). A step of no chunk takes the step graph (which runs none).
-  const bool flat = graph && chunks >= 1 && chunks <= options_.flat_step_chunks &&
+  // flat_step_chunks launches its plain graph, with flat_step_pad any step within it; a step of
+  // one chunk (staged: run(StepInput) launches it as a chunk), with flat_step_chunks, the plain
+  // graph of its bucket; any other the step graph (a step of no chunk too: it runs none).
+  // Eager, the bodies the header names, as the step graph runs them (its first loop's included).
+  const int flat_max = options_.flat_step_chunks;
+  const bool one = graph && chunks == 1 && flat_max > 0;
+  const bool flat = graph && chunks >= 2 && chunks <= flat_max &&
                     (options_.flat_step_pad || header[kernels::StepStateWords::fast] == chunks);
   const std::span<const int> buckets(header + kernels::StepStateWords::buckets, static_cast<std::size_t>(chunks));
   submit(rerun ? -1 : 2 + block, stream, result, [&] {
-    if (flat) return flat_execs_[p][slot][static_cast<std::size_t>(chunks - 1)].launch(stream);
+    if (one) {
+      return staged_one_execs_[p][slot][static_cast<std::size_t>(header[kernels::StepStateWords::buckets])].launch(stream);
+    }
+    if (flat) return flat_execs_[p][slot][static_cast<std::size_t>(chunks - 2)].launch(stream);
     return graph ? step_execs_[p][slot].launch(stream)
                  : record_step_eager(step_loop_args(rerun ? -1 : block), bodies_[p], buckets, stream);
   });
-  if (flat && result.ok()) ++flat_steps_;
+  if ((flat || one) && result.ok()) ++flat_steps_;
 }
 
 RunResult Executor::run_staged(int program, cudaStream_t stream) noexcept { return launch_staged(program, true, stream); }

@@ -51,18 +51,20 @@ struct ExecutorOptions {
   /// Steps of 2 .. flat_step_chunks chunks that are all full (every chunk's bucket has the
   /// largest T, so the step graph's first loop would run all of them) launch one plain graph of
   /// that many copies of the largest bucket's body instead (build_flat_step_graph): the same
-  /// kernels, no conditional node to launch or to run; so does a staged all-full step of one
-  /// chunk (run_staged; run(StepInput) launches a step of one chunk as a chunk). 0: none;
-  /// otherwise steps are on and flat_step_chunks is in [2, StepLayout::max_chunks]. Warm-up
-  /// instantiates flat_step_chunks such graphs (1 .. flat_step_chunks chunks) per program and
-  /// staging block.
+  /// kernels, no conditional node to launch or to run; a staged step of one chunk (run_staged;
+  /// run(StepInput) launches a step of one chunk as a chunk) the plain graph of its chunk's
+  /// bucket. 0: none; otherwise steps are on and flat_step_chunks is in [2,
+  /// StepLayout::max_chunks]. Warm-up instantiates flat_step_chunks - 1 such graphs per program
+  /// and staging block, and one of one chunk per bucket.
   int flat_step_chunks{0};
-  /// With flat_step_chunks: steps within it that are not all full launch their flat graph too, every chunk on the largest bucket's body. The outputs are the same bit
-  /// for bit (the kernels read each chunk's lengths from its metadata; the bucket sizes only
-  /// their grids); a chunk that is not full pays on the GPU for its bucket's grid beyond its
-  /// tokens, and on small chunks the largest bucket's attention path (docs/graphs.md, "Flat
-  /// steps"). Such a step's host cost is the flat graph's launch instead of the step graph's,
-  /// whose conditional nodes cost more to launch. Needs flat_step_chunks != 0.
+  /// With flat_step_chunks: steps of 2 .. flat_step_chunks chunks that are not all full launch
+  /// their flat graph too, every chunk on the largest bucket's body. Each chunk writes the rows it
+  /// writes at its own bucket (the kernels read its lengths from its metadata; the bucket sizes
+  /// only the grids), with the values an executor of that one bucket computes: a small chunk's
+  /// attention may take another path at its own bucket (the top-k split), whose sums round
+  /// otherwise. A chunk that is not full pays on the GPU for the largest bucket's grids beyond
+  /// its tokens (docs/graphs.md, "Padded flat steps"); the step saves the step graph's
+  /// conditional nodes, on the host at launch and on the GPU. Needs flat_step_chunks != 0.
   bool flat_step_pad{false};
 };
 
@@ -105,13 +107,16 @@ struct WarmupReport {
   /// Graphs for steps of one chunk: each bucket body with the chunk staging block's stage-in
   /// (programs x buckets x 2 staging blocks; 0 without steps).
   int one_chunk_step_graphs{0};
-  /// Plain graphs for all-full steps of 1 .. flat_step_chunks chunks (programs x 2 staging blocks
-  /// x flat_step_chunks; 0 without them).
+  /// Plain graphs for all-full steps of 2 .. flat_step_chunks chunks (programs x 2 staging blocks
+  /// x (flat_step_chunks - 1); 0 without them).
   int flat_step_graphs{0};
   /// Graphs of a staged step run again (run_staged after its first launch): per program the step
   /// graph without a staging block, and with flat_step_chunks its flat graphs likewise
-  /// (programs x (1 + flat_step_chunks); 0 without steps).
+  /// (programs x flat_step_chunks; 0 without steps).
   int staged_step_graphs{0};
+  /// With flat_step_chunks, plain graphs for staged steps of one chunk, one per bucket (programs x
+  /// buckets x 3: both step staging blocks and the reruns; 0 without them).
+  int staged_one_chunk_graphs{0};
   int buckets{0};
   int programs{0};
   double eager_ms{0};                ///< one eager run of every bucket
@@ -221,12 +226,13 @@ class Executor {
   /// step's chunk count. Never throws, never allocates; waits only as a launch may, for a staging
   /// block the device still reads.
   [[nodiscard]] RunResult stage(const StepInput& step) noexcept;
-  /// Launches the staged step for `program` on `stream`, exactly as run(StepInput) would have (the
-  /// same kernels and rows; every step through the step graph or, all full within
-  /// flat_step_chunks (with flat_step_pad any within it), the flat graph; a step of one chunk
-  /// too, which run(StepInput) launches as a chunk). Refused with not_staged when no step is staged: stage() accepted none
-  /// yet, or a run(StepInput) / run_eager(StepInput) the executor accepted has since replaced it
-  /// (it loads the device step state). Never throws, never allocates, never waits.
+  /// Launches the staged step for `program` on `stream`, writing what run(StepInput) would have:
+  /// every step through the step graph or, all full within flat_step_chunks (with flat_step_pad
+  /// any within it), the flat graph; a step of one chunk, which run(StepInput) launches as a
+  /// chunk, through the step graph or, with flat_step_chunks, the plain graph of its bucket (the
+  /// same body). Refused with not_staged when no step is staged: stage() accepted none yet, or a
+  /// run(StepInput) / run_eager(StepInput) the executor accepted has since replaced it (it loads
+  /// the device step state). Never throws, never allocates, never waits.
   [[nodiscard]] RunResult run_staged(int program = 0) noexcept { return run_staged(program, stream()); }
   [[nodiscard]] RunResult run_staged(int program, cudaStream_t stream) noexcept;
   /// The same launched from a host loop; works with capture off too.
@@ -286,7 +292,8 @@ class Executor {
   /// @throws StateError before warm-up; CudaError when the capture fails.
   [[nodiscard]] Graph record_graph(int program, int bucket, int staging) const;
   [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
-  /// Steps launched as a flat step graph (ExecutorOptions::flat_step_chunks, flat_step_pad).
+  /// Steps launched as a flat step graph (ExecutorOptions::flat_step_chunks, flat_step_pad), a
+  /// staged step of one chunk through its bucket's plain graph included.
   [[nodiscard]] std::uint64_t flat_steps() const noexcept { return flat_steps_; }
   /// Launches of a staged step that ran what an earlier launch had loaded (no staging block read).
   [[nodiscard]] std::uint64_t staged_reruns() const noexcept { return staged_reruns_; }
@@ -379,13 +386,15 @@ class Executor {
   std::vector<std::vector<const Pipeline*>> bodies_;  // each program's step bodies, in bucket order
   std::int32_t* step_meta_{nullptr};  // device step blocks: every chunk's metadata, staged by head
   // [program][step_graph_slot(staging)]: the step graphs of each step staging block, then of a
-  // staged step run again (no block); flat_execs_ [..][chunks - 1] the flat graphs of all-full steps.
+  // staged step run again (no block); flat_execs_ [..][chunks - 2] the flat graphs of all-full steps.
   static constexpr int kStepGraphSlots = 3;
   [[nodiscard]] static std::size_t step_graph_slot(int staging) noexcept {
     return staging < 0 ? 2 : static_cast<std::size_t>(staging);
   }
   std::vector<std::array<GraphExec, kStepGraphSlots>> step_execs_;
   std::vector<std::array<std::vector<GraphExec>, kStepGraphSlots>> flat_execs_;
+  // [program][slot][bucket]: with flat_step_chunks, a staged step of one chunk at its bucket.
+  std::vector<std::array<std::vector<GraphExec>, kStepGraphSlots>> staged_one_execs_;
   int all_ratios_{0};  // every program's ratios: what stage() checks and stages
   // The staged step: which step staging block holds it (its header: the chunk count and buckets;
   // nothing rewrites the block while the step is staged), and whether a launch has loaded it into
