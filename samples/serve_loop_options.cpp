@@ -141,8 +141,9 @@ std::string serve_loop_help() {
          "                       the scheduler then opens at most N / R chunks a step)\n"
          "  --flat-steps N       with --one-launch, steps of up to N chunks whose chunks are all full\n"
          "                       launch one plain graph (flat_step_chunks, " + b("--flat-steps") + "; at most\n"
-         "                       a step's most chunks; warm-up captures N such graphs per staging block)\n"
-         "  --flat-pad           with --flat-steps, every step of up to N chunks launches its plain graph,\n"
+         "                       a step's most chunks; warm-up captures N - 1 such graphs per staging\n"
+         "                       block, and the staged steps' graphs of one chunk per bucket)\n"
+         "  --flat-pad           with --flat-steps, every step of 2 .. N chunks launches its plain graph,\n"
          "                       each chunk on the largest bucket (flat_step_pad)\n"
          "  --no-progress        no progress bar\n"
          "Integers are decimal digits only (no sign, spaces or hex).\n";
