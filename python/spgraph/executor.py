@@ -161,10 +161,10 @@ class Executor(_C.Executor):
             max(T // r + R, S // r + Q)), bound ones included: a smaller binding is refused;
             ``flat_step_chunks`` (0, the default, or in [2, max_step_chunks]: steps of that many
             chunks or fewer whose chunks are all full launch one plain graph, no conditional node;
-            a staged step of one chunk the plain graph of its bucket); ``flat_step_pad`` (default False; True, with
-            ``flat_step_chunks``: every step within it launches its plain graph, full or not, each
-            chunk on the largest bucket: the same rows as an executor of that one bucket, its
-            padding paid on the GPU).
+            a staged step of one chunk the plain graph of its bucket); ``flat_step_pad``
+            (default False; True, with ``flat_step_chunks``: every step of 2 .. N chunks launches
+            its plain graph, full or not, each chunk on the largest bucket: the values an executor
+            of that one bucket computes, its padding paid on the GPU).
 
     Raises:
         TypeError, ValueError: a bad config, option or binding, with the C++ message naming the
