@@ -17,93 +17,75 @@ trace=(--steps 200 --seed 11 --max-tokens 256 --max-model-len 8192 --min-len 300
 args=("${trace[@]}" --verify 20)
 one_launch=("${trace[@]}" --verify 10 --one-launch)
 
-graph_log=$(mktemp)
-eager_log=$(mktemp)
-derived_log=$(mktemp)
-engine_log=$(mktemp)
-one_graph_log=$(mktemp)
-one_eager_log=$(mktemp)
-flat_log=$(mktemp)
-pad_log=$(mktemp)
-trap 'rm -f "$graph_log" "$eager_log" "$derived_log" "$engine_log" "$one_graph_log" "$one_eager_log" "$flat_log" "$pad_log"' EXIT
-"$serve_loop" "${args[@]}" --mode graph >"$graph_log" 2>&1
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+# run_leg NAME WHAT ARGS...: serve_loop ARGS, its output in $logs/NAME; a failed run prints it
+# and fails the test, naming WHAT.
+run_leg() {
+  local log=$logs/$1 what=$2
+  shift 2
+  "$serve_loop" "$@" >"$log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || { cat "$log"; echo "serve_loop_test: $what failed (exit $rc)"; exit 1; }
+}
+# expect NAME PATTERN WHY: the output of leg NAME has a line matching PATTERN, or the test fails.
+expect() {
+  grep -q "$2" "$logs/$1" || { cat "$logs/$1"; echo "serve_loop_test: $3"; exit 1; }
+}
+# same_outputs NAME_A NAME_B WHAT: both legs printed the same, non-empty output checksum.
+same_outputs() {
+  local a b
+  a=$(grep "output checksum" "$logs/$1")
+  b=$(grep "output checksum" "$logs/$2")
+  if [ -z "$a" ] || [ "$a" != "$b" ]; then
+    echo "serve_loop_test: $3 give different outputs: '$a' vs '$b'"
+    exit 1
+  fi
+}
+
+"$serve_loop" "${args[@]}" --mode graph >"$logs/graph" 2>&1
 rc=$?
-cat "$graph_log"
+cat "$logs/graph"
 [ $rc -eq 77 ] && exit 77
 [ $rc -eq 0 ] || { echo "serve_loop_test: graph run failed (exit $rc)"; exit 1; }
-grep -q "verified chunks *20 passed, 0 failed" "$graph_log" || { echo "serve_loop_test: verification did not pass 20 chunks"; exit 1; }
-grep -q "CUDA allocation calls *0 after warm-up" "$graph_log" || { echo "serve_loop_test: allocations after warm-up"; exit 1; }
+expect graph "verified chunks *20 passed, 0 failed" "verification did not pass 20 chunks"
+expect graph "CUDA allocation calls *0 after warm-up" "allocations after warm-up"
 
-"$serve_loop" "${args[@]}" --mode eager >"$eager_log" 2>&1
-rc=$?
-cat "$eager_log"
-[ $rc -eq 0 ] || { echo "serve_loop_test: eager run failed (exit $rc)"; exit 1; }
-g=$(grep "output checksum" "$graph_log")
-e=$(grep "output checksum" "$eager_log")
-if [ -z "$g" ] || [ "$g" != "$e" ]; then
-  echo "serve_loop_test: graph and eager outputs differ: '$g' vs '$e'"
-  exit 1
-fi
-echo "serve_loop_test: graph and eager outputs are bit-identical ($g)"
+run_leg eager "eager run" "${args[@]}" --mode eager
+cat "$logs/eager"
+same_outputs graph eager "graph and eager runs"
+echo "serve_loop_test: graph and eager outputs are bit-identical ($(grep "output checksum" "$logs/graph"))"
 
-"$serve_loop" "${args[@]}" --mode graph --derive-slots >"$derived_log" 2>&1
-rc=$?
-[ $rc -eq 0 ] || { cat "$derived_log"; echo "serve_loop_test: graph run with derived slots failed (exit $rc)"; exit 1; }
-l=$(grep "output checksum" "$derived_log")
-if [ "$g" != "$l" ]; then
-  echo "serve_loop_test: derived slots and slot lists give different outputs: '$g' vs '$l'"
-  exit 1
-fi
+run_leg derived "graph run with derived slots" "${args[@]}" --mode graph --derive-slots
+same_outputs graph derived "derived slots and slot lists"
 echo "serve_loop_test: slots derived on the device and the scheduler's slot lists give bit-identical outputs"
 
-"$serve_loop" "${args[@]}" --mode graph --engine-buffers >"$engine_log" 2>&1
-rc=$?
-[ $rc -eq 0 ] || { cat "$engine_log"; echo "serve_loop_test: graph run over engine-owned buffers failed (exit $rc)"; exit 1; }
-grep -q "verified chunks *20 passed, 0 failed" "$engine_log" || { cat "$engine_log"; echo "serve_loop_test: engine-buffer verification did not pass"; exit 1; }
-b=$(grep "output checksum" "$engine_log")
-if [ "$g" != "$b" ]; then
-  echo "serve_loop_test: engine-owned and pooled buffers give different outputs: '$g' vs '$b'"
-  exit 1
-fi
-grep "warm-up:" "$graph_log" "$engine_log"
+run_leg engine "graph run over engine-owned buffers" "${args[@]}" --mode graph --engine-buffers
+expect engine "verified chunks *20 passed, 0 failed" "engine-buffer verification did not pass"
+same_outputs graph engine "engine-owned and pooled buffers"
+grep "warm-up:" "$logs/graph" "$logs/engine"
 echo "serve_loop_test: engine-owned buffers give bit-identical outputs"
 
-"$serve_loop" "${one_launch[@]}" --mode graph >"$one_graph_log" 2>&1
-rc=$?
-cat "$one_graph_log"
-[ $rc -eq 0 ] || { echo "serve_loop_test: one-launch graph run failed (exit $rc)"; exit 1; }
-grep -q "verified steps *10 passed, 0 failed" "$one_graph_log" || { echo "serve_loop_test: one-launch verification did not pass 10 steps"; exit 1; }
-grep -q "CUDA allocation calls *0 after warm-up" "$one_graph_log" || { echo "serve_loop_test: one-launch allocations after warm-up"; exit 1; }
+run_leg one_graph "one-launch graph run" "${one_launch[@]}" --mode graph
+cat "$logs/one_graph"
+expect one_graph "verified steps *10 passed, 0 failed" "one-launch verification did not pass 10 steps"
+expect one_graph "CUDA allocation calls *0 after warm-up" "one-launch allocations after warm-up"
 
-"$serve_loop" "${one_launch[@]}" --mode eager >"$one_eager_log" 2>&1
-rc=$?
-[ $rc -eq 0 ] || { cat "$one_eager_log"; echo "serve_loop_test: one-launch eager run failed (exit $rc)"; exit 1; }
-grep -q "verified steps *10 passed, 0 failed" "$one_eager_log" || { cat "$one_eager_log"; echo "serve_loop_test: one-launch eager verification did not pass 10 steps"; exit 1; }
-og=$(grep "output checksum" "$one_graph_log")
-oe=$(grep "output checksum" "$one_eager_log")
-if [ -z "$og" ] || [ "$og" != "$oe" ]; then
-  echo "serve_loop_test: one-launch graph and eager outputs differ: '$og' vs '$oe'"
-  exit 1
-fi
-grep "verified steps" "$one_eager_log"
-echo "serve_loop_test: one-launch graph and eager outputs are bit-identical ($og)"
+run_leg one_eager "one-launch eager run" "${one_launch[@]}" --mode eager
+expect one_eager "verified steps *10 passed, 0 failed" "one-launch eager verification did not pass 10 steps"
+same_outputs one_graph one_eager "one-launch graph and eager runs"
+grep "verified steps" "$logs/one_eager"
+echo "serve_loop_test: one-launch graph and eager outputs are bit-identical ($(grep "output checksum" "$logs/one_graph"))"
 
-"$serve_loop" "${one_launch[@]}" --mode graph --flat-steps 4 >"$flat_log" 2>&1
-rc=$?
-[ $rc -eq 0 ] || { cat "$flat_log"; echo "serve_loop_test: one-launch run with flat steps failed (exit $rc)"; exit 1; }
-grep -q "verified steps *10 passed, 0 failed" "$flat_log" || { cat "$flat_log"; echo "serve_loop_test: flat-step verification did not pass 10 steps"; exit 1; }
-of=$(grep "output checksum" "$flat_log")
-if [ "$og" != "$of" ]; then
-  echo "serve_loop_test: one-launch outputs with and without flat step graphs differ: '$og' vs '$of'"
-  exit 1
-fi
-grep "flat steps" "$flat_log"
+run_leg flat "one-launch run with flat steps" "${one_launch[@]}" --mode graph --flat-steps 4
+expect flat "verified steps *10 passed, 0 failed" "flat-step verification did not pass 10 steps"
+same_outputs one_graph flat "one-launch runs with and without flat step graphs"
+grep "flat steps" "$logs/flat"
 echo "serve_loop_test: flat step graphs give bit-identical outputs"
 
-"$serve_loop" "${one_launch[@]}" --mode graph --flat-steps 4 --flat-pad >"$pad_log" 2>&1
-rc=$?
-[ $rc -eq 0 ] || { cat "$pad_log"; echo "serve_loop_test: one-launch run with padded flat steps failed (exit $rc)"; exit 1; }
-grep -q "verified steps *10 passed, 0 failed" "$pad_log" || { cat "$pad_log"; echo "serve_loop_test: padded flat-step verification did not pass 10 steps"; exit 1; }
-grep -q "CUDA allocation calls *0 after warm-up" "$pad_log" || { cat "$pad_log"; echo "serve_loop_test: padded flat steps allocated after warm-up"; exit 1; }
-grep -E "flat steps|output checksum" "$pad_log"
+run_leg pad "one-launch run with padded flat steps" "${one_launch[@]}" --mode graph --flat-steps 4 --flat-pad
+expect pad "verified steps *10 passed, 0 failed" "padded flat-step verification did not pass 10 steps"
+expect pad "CUDA allocation calls *0 after warm-up" "padded flat steps allocated after warm-up"
+grep -E "flat steps|output checksum" "$logs/pad"
 echo "serve_loop_test: padded flat steps pass verification"

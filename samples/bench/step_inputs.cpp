@@ -1,6 +1,8 @@
 // The step benchmarks' configs and steps: see step_inputs.hpp.
 #include "samples/bench/step_inputs.hpp"
 
+#include "spgraph/core/error.hpp"
+
 namespace spg::bench {
 
 model::PipelineConfig step_config(bool model) {
@@ -21,6 +23,10 @@ model::PipelineConfig step_config(bool model) {
 }
 
 void make_step(const model::PipelineConfig& c, int chunks, BenchStep& out, int last_requests) {
+  SPG_EXPECTS(chunks >= 1 && chunks <= kStepMaxChunks,
+              "make_step: chunks = " << chunks << " must be in [1, " << kStepMaxChunks << "]");
+  SPG_EXPECTS(last_requests >= 1 && last_requests <= kStepR,
+              "make_step: last_requests = " << last_requests << " must be in [1, " << kStepR << "]");
   const int n = (chunks - 1) * kStepR + last_requests;
   const int per_swa = c.swa_blocks_per_request();
   const int per_comp = c.compressed_blocks_per_request();
