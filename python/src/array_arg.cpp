@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <iterator>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -202,6 +203,19 @@ struct TorchObjects {
     nb::dlpack::dtype dtype;
   };
   std::vector<Dt> dtypes;
+  // The attribute names torch_view reads, interned once: a lookup by a str object skips building
+  // and hashing one from a C string on each access (10 accesses a tensor).
+  PyObject* requires_grad{nullptr};
+  PyObject* is_conj{nullptr};
+  PyObject* is_neg{nullptr};
+  PyObject* layout{nullptr};
+  PyObject* dtype{nullptr};
+  PyObject* is_cuda{nullptr};
+  PyObject* is_cpu{nullptr};
+  PyObject* get_device{nullptr};
+  PyObject* shape{nullptr};
+  PyObject* stride{nullptr};
+  PyObject* data_ptr{nullptr};
 };
 
 /// torch's objects, or nullptr while torch is not imported (then no torch tensor can exist).
@@ -242,21 +256,35 @@ const TorchObjects* torch_objects() noexcept {
     }
     objects.dtypes.push_back({o, dt});
   }
+  PyObject** const attr_names[] = {&objects.requires_grad, &objects.is_conj, &objects.is_neg,   &objects.layout,
+                              &objects.dtype,         &objects.is_cuda, &objects.is_cpu,   &objects.get_device,
+                              &objects.shape,         &objects.stride,  &objects.data_ptr};
+  const char* const spelled[] = {"requires_grad", "is_conj", "is_neg", "layout", "dtype",   "is_cuda",
+                                 "is_cpu",        "get_device", "shape", "stride", "data_ptr"};
+  static_assert(std::size(attr_names) == std::size(spelled));
+  for (std::size_t i = 0; i < std::size(attr_names); ++i) {
+    *attr_names[i] = PyUnicode_InternFromString(spelled[i]);
+    if (*attr_names[i] == nullptr) {
+      PyErr_Clear();
+      return nullptr;  // (the interned names made so far stay: a few bytes, once)
+    }
+  }
   objects.tensor = reinterpret_cast<PyTypeObject*>(base);
   objects.strided = strided;
   ready = true;
   return &objects;
 }
 
-/// obj.name, or obj.name() when `call`; a new reference, nullptr (error cleared) on failure.
-PyObject* attr(PyObject* obj, const char* name, bool call) noexcept {
-  PyObject* v = call ? PyObject_CallMethod(obj, name, nullptr) : PyObject_GetAttrString(obj, name);
+/// obj.name, or obj.name() when `call` (a method call without a bound-method object); a new
+/// reference, nullptr (error cleared) on failure.
+PyObject* attr(PyObject* obj, PyObject* name, bool call) noexcept {
+  PyObject* v = call ? PyObject_CallMethodNoArgs(obj, name) : PyObject_GetAttr(obj, name);
   if (v == nullptr) PyErr_Clear();
   return v;
 }
 
 /// True when obj.name (obj.name() when `call`) is the object `want`; false on any failure.
-bool attr_is(PyObject* obj, const char* name, bool call, PyObject* want) noexcept {
+bool attr_is(PyObject* obj, PyObject* name, bool call, PyObject* want) noexcept {
   PyObject* v = attr(obj, name, call);
   const bool is = v != nullptr && v == want;
   Py_XDECREF(v);
@@ -284,11 +312,11 @@ bool torch_view(nb::handle h, nb::ndarray<>& out) noexcept {
   const TorchObjects* t = torch_objects();
   if (t == nullptr || PyObject_TypeCheck(o, t->tensor) == 0) return false;
   // What torch's __dlpack__ refuses, or exports otherwise, stays on that path.
-  if (!attr_is(o, "requires_grad", false, Py_False) || !attr_is(o, "is_conj", true, Py_False) ||
-      !attr_is(o, "is_neg", true, Py_False) || !attr_is(o, "layout", false, t->strided)) {
+  if (!attr_is(o, t->requires_grad, false, Py_False) || !attr_is(o, t->is_conj, true, Py_False) ||
+      !attr_is(o, t->is_neg, true, Py_False) || !attr_is(o, t->layout, false, t->strided)) {
     return false;
   }
-  PyObject* dtype = attr(o, "dtype", false);
+  PyObject* dtype = attr(o, t->dtype, false);
   const nb::dlpack::dtype* dt = nullptr;
   for (const TorchObjects::Dt& d : t->dtypes) {
     if (d.object == dtype) dt = &d.dtype;
@@ -297,8 +325,8 @@ bool torch_view(nb::handle h, nb::ndarray<>& out) noexcept {
   if (dt == nullptr) return false;
   int device_type = 0;
   int device_id = 0;
-  if (attr_is(o, "is_cuda", false, Py_True)) {
-    PyObject* index = attr(o, "get_device", true);
+  if (attr_is(o, t->is_cuda, false, Py_True)) {
+    PyObject* index = attr(o, t->get_device, true);
     device_id = index != nullptr ? static_cast<int>(PyLong_AsLong(index)) : -1;
     Py_XDECREF(index);
     if (device_id < 0) {
@@ -306,23 +334,23 @@ bool torch_view(nb::handle h, nb::ndarray<>& out) noexcept {
       return false;
     }
     device_type = nb::device::cuda::value;
-  } else if (attr_is(o, "is_cpu", false, Py_True)) {
+  } else if (attr_is(o, t->is_cpu, false, Py_True)) {
     device_type = nb::device::cpu::value;
   } else {
     return false;  // meta, mps, ...: DLPack says what it says
   }
-  PyObject* shape = attr(o, "shape", false);
+  PyObject* shape = attr(o, t->shape, false);
   const Py_ssize_t ndim = shape != nullptr && PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
   std::int64_t dims[16];
   std::int64_t strides[16];
   bool ok = ndim >= 0 && ndim <= 16 && int_tuple(shape, static_cast<std::size_t>(ndim), dims);
   Py_XDECREF(shape);
   if (ok) {
-    PyObject* st = attr(o, "stride", true);
+    PyObject* st = attr(o, t->stride, true);
     ok = int_tuple(st, static_cast<std::size_t>(ndim), strides);
     Py_XDECREF(st);
   }
-  PyObject* ptr = ok ? attr(o, "data_ptr", true) : nullptr;
+  PyObject* ptr = ok ? attr(o, t->data_ptr, true) : nullptr;
   void* data = ptr != nullptr ? PyLong_AsVoidPtr(ptr) : nullptr;
   Py_XDECREF(ptr);
   if (!ok || ptr == nullptr || PyErr_Occurred() != nullptr) {
