@@ -28,7 +28,7 @@ scheduler capping a step at 16 chunks), the step as a StepPlan and as NumPy arra
 per step; and staged steps with one program per layer: stage_step once a step, then run_staged per
 layer (the first call of a step and the later ones apart), queued and onto an idle device.
 
-  python3 scripts/python_bench.py [--json FILE] [--compare BENCH_JSON] [--quick] [--executor-only]
+  python3 scripts/python_bench.py [--json FILE] [--compare BENCH_JSON] [--quick] [--executor-only | --ops-only]
                                   [--one-launch [--budget N]]
 
 --compare takes `bench --json` output (tables A and C) and prints each op's ratio to it. Records
@@ -604,9 +604,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer executor chunks, shorter attention timing")
     p.add_argument("--chunks", type=int, default=300, help="chunks timed per executor variant (default 300)")
     p.add_argument("--executor-only", action="store_true", help="time Executor.run only (no ops)")
+    p.add_argument("--ops-only", action="store_true", help="time the ops only (no executor)")
     p.add_argument("--one-launch", action="store_true", help="also time Executor.run_step (whole steps)")
     p.add_argument("--budget", type=int, default=8192, help="tokens a step with --one-launch (default 8192)")
     o = p.parse_args(argv)
+    if o.executor_only and o.ops_only:
+        p.error("--executor-only and --ops-only exclude each other")
     if not torch.cuda.is_available():
         print("python_bench: no CUDA device; nothing to measure")
         return 0
@@ -624,12 +627,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     del warmer
     torch.cuda.empty_cache()
     n = 100 if o.quick else o.chunks
-    bench_executor("v4-8-layers", v4_config(), n, summary)
     one = v4_config()
     one.layers = one.layers[:1]
-    bench_executor("c4a-1-layer", one, n, summary)
-    print(f"  executor done ({time.perf_counter() - t0:.0f} s)", flush=True)
-    if o.one_launch:
+    if not o.ops_only:
+        bench_executor("v4-8-layers", v4_config(), n, summary)
+        bench_executor("c4a-1-layer", one, n, summary)
+        print(f"  executor done ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if o.one_launch and not o.ops_only:
         steps = 50 if o.quick else 200
         bench_steps("v4-8-layers", v4_config(), steps, o.budget, summary)
         bench_steps("c4a-1-layer", one, steps, o.budget, summary)

@@ -1,6 +1,7 @@
 """spgraph's ops for PyTorch: drop-in signatures, ``torch.library`` custom ops, the current stream.
 
-Importing this module registers the ops ``torch.ops.spgraph.*``:
+Importing this module registers the ops ``torch.ops.spgraph.*`` (a ``torch.library.Library`` of
+spgraph's own):
 
 ==================================================  =============================================
 op                                                  mutates
@@ -27,9 +28,13 @@ Each has a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` trac
 and launches on ``torch.cuda.current_stream()`` of its tensors' device, so ``torch.cuda.graph``
 captures them. The functions below are the signatures engine code calls (FlashMLA's
 ``flash_mla_sparse_fwd``, vLLM's DeepSeek-V4 ops), each with ``out=``: given every output, a call
-allocates nothing and never synchronizes. Bad arguments raise ``TypeError`` (a dtype) or
-``ValueError`` with the C++ message (argument, value, bound). Semantics: docs/pipeline.md; this
-layer: docs/python.md.
+allocates nothing and never synchronizes. In plain eager mode (no torch.compile tracing, no
+dispatch or function mode, no functorch transform, no profiler, plain tensors none of which
+requires grad) these functions call the op's kernel directly, skipping the dispatcher, which
+would only route the call there; anywhere else they call ``torch.ops.spgraph.*``. Both paths run
+the same kernel and bump the version counter of every tensor the op writes. Bad arguments raise
+``TypeError`` (a dtype) or ``ValueError`` with the C++ message (argument, value, bound).
+Semantics: docs/pipeline.md; this layer: docs/python.md.
 """
 
 from __future__ import annotations
@@ -52,12 +57,72 @@ __all__ = [
 
 Tensor = torch.Tensor
 
+try:  # the raw handle of the current stream without building a torch.cuda.Stream (~0.1 us, not ~1 us)
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+except ImportError:  # pragma: no cover - older or CPU-only builds
+    def _raw_stream(device: int) -> int:
+        return torch.cuda.current_stream(device).cuda_stream
+
 
 def _stream(t: Tensor) -> int:
     """The current torch stream of t's device (0 for a host tensor, which the op then refuses)."""
-    if t.device.type == "cuda":
-        return torch.cuda.current_stream(t.device).cuda_stream
-    return 0
+    return _raw_stream(t.get_device()) if t.is_cuda else 0
+
+
+# The ops live in a torch.library.Library of spgraph's own rather than behind
+# torch.library.custom_op: the same schemas, mutation annotations and fake kernels, but a call
+# through torch.ops.spgraph enters Python once (the CPU or CUDA kernel below), where custom_op adds
+# its Python autograd and wrapper layers (3.3x the dispatch time on the build machine,
+# docs/benchmark_history.md, "The torch layer's dispatch").
+_LIB = torch.library.Library("spgraph", "DEF")
+
+
+def _define(schema: str, fake):
+    """Defines ``spgraph::<schema>`` with ``fake`` as its fake kernel; decorates its kernel, which
+    serves CPU and CUDA tensors alike (on the host the op's own checks refuse them, with their
+    message)."""
+    name = schema.split("(", 1)[0]
+    _LIB.define(schema)
+    torch.library.register_fake(f"spgraph::{name}", fake, lib=_LIB)
+
+    def register(kernel):
+        _LIB.impl(name, kernel, "CPU")
+        _LIB.impl(name, kernel, "CUDA")
+        return kernel
+
+    return register
+
+
+# Where a call may skip the dispatcher (see _direct). Each probe is torch's own; a torch without
+# one of them always dispatches.
+_compiling = getattr(torch.compiler, "is_compiling", None)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+_profiling = getattr(getattr(torch._C, "_autograd", None), "_profiler_enabled", None)
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+_CAN_SKIP_DISPATCH = None not in (_compiling, _dispatch_modes, _function_modes, _profiling, _functorch_level)
+
+
+def _direct(tensors: Sequence[Optional[Tensor]]) -> bool:
+    """True where the public functions below call an op's kernel directly instead of through
+    ``torch.ops.spgraph``: plain eager mode (not traced by torch.compile, no torch dispatch or
+    function mode, no functorch transform, no profiler recording op events) on plain tensors none
+    of which requires grad. There the dispatcher would only route the call to that same kernel;
+    anywhere else (tracing, fake tensors, autograd, vmap, profiling) the call goes through it."""
+    if not _CAN_SKIP_DISPATCH or _compiling() or _dispatch_modes() or _function_modes() or _profiling():
+        return False
+    if _functorch_level() is not None:
+        return False
+    for t in tensors:
+        if t is not None and (type(t) is not Tensor or t.requires_grad):
+            return False
+    return True
+
+
+def _written(*tensors: Optional[Tensor]) -> None:
+    """Bumps the version counters of the tensors an op wrote, as torch does for an in-place op
+    (autograd refuses a backward through a saved tensor changed since)."""
+    torch.autograd.graph.increment_version([t for t in tensors if t is not None])
 
 
 def _plain(t: Optional[Tensor]) -> Optional[Tensor]:
@@ -76,7 +141,15 @@ def combined_width(topk: int, window_size: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------- sparse_mla_fwd
-@torch.library.custom_op("spgraph::sparse_mla_fwd", mutates_args=())
+def _sparse_mla_fwd_fake(q, kv, indices, sm_scale, d_v, attn_sink, topk_length):
+    s_q, h_q = _pair(q)
+    return (q.new_empty((s_q, h_q, d_v), dtype=torch.bfloat16),
+            q.new_empty((s_q, h_q), dtype=torch.float32),
+            q.new_empty((s_q, h_q), dtype=torch.float32))
+
+
+@_define("sparse_mla_fwd(Tensor q, Tensor kv, Tensor indices, float sm_scale, SymInt d_v, Tensor? attn_sink, "
+         "Tensor? topk_length) -> (Tensor, Tensor, Tensor)", _sparse_mla_fwd_fake)
 def _sparse_mla_fwd(
     q: Tensor,
     kv: Tensor,
@@ -99,15 +172,14 @@ def _sparse_mla_fwd(
     return out, max_logits, lse
 
 
-@_sparse_mla_fwd.register_fake
-def _(q, kv, indices, sm_scale, d_v, attn_sink, topk_length):
-    s_q, h_q = _pair(q)
-    return (q.new_empty((s_q, h_q, d_v), dtype=torch.bfloat16),
-            q.new_empty((s_q, h_q), dtype=torch.float32),
-            q.new_empty((s_q, h_q), dtype=torch.float32))
+def _nothing(*args) -> None:
+    """The fake kernel of an op that only writes its arguments."""
+    return None
 
 
-@torch.library.custom_op("spgraph::sparse_mla_fwd_out", mutates_args=("out", "max_logits", "lse", "workspace"))
+@_define("sparse_mla_fwd_out(Tensor q, Tensor kv, Tensor indices, float sm_scale, SymInt d_v, Tensor? attn_sink, "
+         "Tensor? topk_length, Tensor(a!) out, Tensor(b!) max_logits, Tensor(c!) lse, Tensor(d!)? workspace) -> ()",
+         _nothing)
 def _sparse_mla_fwd_out(
     q: Tensor,
     kv: Tensor,
@@ -123,11 +195,7 @@ def _sparse_mla_fwd_out(
 ) -> None:
     _C.sparse_mla_fwd(_plain(q), _plain(kv), _plain(indices), sm_scale, d_v, _plain(attn_sink), _plain(topk_length),
                       out, max_logits, lse, workspace, _stream(q))
-
-
-@_sparse_mla_fwd_out.register_fake
-def _(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out, max_logits, lse, workspace):
-    return None
+    _written(out, max_logits, lse, workspace)
 
 
 def sparse_mla_fwd(
@@ -166,6 +234,8 @@ def sparse_mla_fwd(
         index gives 0, -inf, +inf. s_q = 0 gives empty outputs.
     """
     if out is None:
+        if _direct((q, kv, indices, attn_sink, topk_length)):
+            return _sparse_mla_fwd(q, kv, indices, float(sm_scale), int(d_v), attn_sink, topk_length)
         return torch.ops.spgraph.sparse_mla_fwd(q, kv, indices, float(sm_scale), int(d_v), attn_sink, topk_length)
     if isinstance(out, torch.Tensor):
         s_q, h_q = _pair(q)
@@ -174,13 +244,23 @@ def sparse_mla_fwd(
         if len(out) != 3:
             raise TypeError("out must be a tensor or a tuple (out, max_logits, lse)")
         outs = (out[0], out[1], out[2])
-    torch.ops.spgraph.sparse_mla_fwd_out(q, kv, indices, float(sm_scale), int(d_v), attn_sink, topk_length,
-                                         outs[0], outs[1], outs[2], workspace)
+    op = (_sparse_mla_fwd_out if _direct((q, kv, indices, attn_sink, topk_length, *outs, workspace))
+          else torch.ops.spgraph.sparse_mla_fwd_out)
+    op(q, kv, indices, float(sm_scale), int(d_v), attn_sink, topk_length, outs[0], outs[1], outs[2], workspace)
     return outs
 
 
 # ------------------------------------------------------------------------------ combine_topk_swa_indices
-@torch.library.custom_op("spgraph::combine_topk_swa_indices", mutates_args=())
+def _combine_fake(topk_indices, query_start_loc, seq_lens, gather_lens, window_size, compress_ratio, topk, M, N,
+                  M_device, N_device):
+    tokens = _pair(topk_indices)[0]
+    return (topk_indices.new_empty((tokens, combined_width(topk, window_size)), dtype=torch.int32),
+            topk_indices.new_empty((tokens,), dtype=torch.int32))
+
+
+@_define("combine_topk_swa_indices(Tensor topk_indices, Tensor query_start_loc, Tensor seq_lens, Tensor gather_lens, "
+         "SymInt window_size, SymInt compress_ratio, SymInt topk, SymInt M, SymInt N, Tensor? M_device, "
+         "Tensor? N_device) -> (Tensor, Tensor)", _combine_fake)
 def _combine(
     topk_indices: Tensor,
     query_start_loc: Tensor,
@@ -204,16 +284,10 @@ def _combine(
     return combined, lens
 
 
-@_combine.register_fake
-def _(topk_indices, query_start_loc, seq_lens, gather_lens, window_size, compress_ratio, topk, M, N, M_device,
-      N_device):
-    tokens = _pair(topk_indices)[0]
-    return (topk_indices.new_empty((tokens, combined_width(topk, window_size)), dtype=torch.int32),
-            topk_indices.new_empty((tokens,), dtype=torch.int32))
-
-
-@torch.library.custom_op("spgraph::combine_topk_swa_indices_out",
-                         mutates_args=("combined_indices", "combined_lens", "status"))
+@_define("combine_topk_swa_indices_out(Tensor topk_indices, Tensor query_start_loc, Tensor seq_lens, "
+         "Tensor gather_lens, SymInt window_size, SymInt compress_ratio, SymInt topk, SymInt M, SymInt N, "
+         "Tensor? M_device, Tensor? N_device, Tensor(a!) combined_indices, Tensor(b!) combined_lens, "
+         "Tensor(c!)? status) -> ()", _nothing)
 def _combine_out(
     topk_indices: Tensor,
     query_start_loc: Tensor,
@@ -233,12 +307,7 @@ def _combine_out(
     _C.combine_topk_swa_indices(topk_indices, query_start_loc, seq_lens, gather_lens, window_size, compress_ratio,
                                 topk, M if M_device is None else M_device, N if N_device is None else N_device,
                                 combined_indices, combined_lens, status, _stream(topk_indices))
-
-
-@_combine_out.register_fake
-def _(topk_indices, query_start_loc, seq_lens, gather_lens, window_size, compress_ratio, topk, M, N, M_device,
-      N_device, combined_indices, combined_lens, status):
-    return None
+    _written(combined_indices, combined_lens, status)
 
 
 def _scalar(name: str, v: Union[int, Tensor]) -> Tuple[int, Optional[Tensor]]:
@@ -279,10 +348,11 @@ def combine_topk_swa_indices(
     """
     m, m_device = _scalar("M", M)
     n, n_device = _scalar("N", N)
+    inputs = (topk_indices, query_start_loc, seq_lens, gather_lens, m_device, n_device)
     if out is None and status is None:
-        return torch.ops.spgraph.combine_topk_swa_indices(topk_indices, query_start_loc, seq_lens, gather_lens,
-                                                          int(window_size), int(compress_ratio), int(topk), m, n,
-                                                          m_device, n_device)
+        op = _combine if _direct(inputs) else torch.ops.spgraph.combine_topk_swa_indices
+        return op(topk_indices, query_start_loc, seq_lens, gather_lens, int(window_size), int(compress_ratio),
+                  int(topk), m, n, m_device, n_device)
     if out is None:
         tokens = _pair(topk_indices)[0]
         out = (torch.full((tokens, combined_width(topk, window_size)), -1, dtype=torch.int32,
@@ -290,21 +360,18 @@ def combine_topk_swa_indices(
                torch.empty((tokens,), dtype=torch.int32, device=topk_indices.device))
     if len(out) != 2:
         raise TypeError("out must be a tuple (combined_indices, combined_lens)")
-    torch.ops.spgraph.combine_topk_swa_indices_out(topk_indices, query_start_loc, seq_lens, gather_lens,
-                                                   int(window_size), int(compress_ratio), int(topk), m, n, m_device,
-                                                   n_device, out[0], out[1], status)
+    op = _combine_out if _direct((*inputs, out[0], out[1], status)) else torch.ops.spgraph.combine_topk_swa_indices_out
+    op(topk_indices, query_start_loc, seq_lens, gather_lens, int(window_size), int(compress_ratio), int(topk), m, n,
+       m_device, n_device, out[0], out[1], status)
     return out[0], out[1]
 
 
 # ------------------------------------------------------------------------------------ FP8 cache ops
-@torch.library.custom_op("spgraph::quantize_and_insert_k_cache", mutates_args=("k_cache", "status"))
+@_define("quantize_and_insert_k_cache(Tensor k, Tensor(a!) k_cache, Tensor slot_mapping, SymInt block_size, "
+         "Tensor(b!)? status) -> ()", _nothing)
 def _insert(k: Tensor, k_cache: Tensor, slot_mapping: Tensor, block_size: int, status: Optional[Tensor]) -> None:
     _C.quantize_and_insert_k_cache(_plain(k), k_cache, slot_mapping, block_size, status, _stream(k))
-
-
-@_insert.register_fake
-def _(k, k_cache, slot_mapping, block_size, status):
-    return None
+    _written(k_cache, status)
 
 
 def quantize_and_insert_k_cache(
@@ -313,10 +380,12 @@ def quantize_and_insert_k_cache(
     """Quantize ``k [num_tokens, 512]`` bfloat16 into the V4 FP8 cache ``k_cache`` (uint8, in place) at
     ``slot_mapping`` (int32; -1 skips), on the current torch stream. Format and rules:
     :func:`spgraph.quantize_and_insert_k_cache`."""
-    torch.ops.spgraph.quantize_and_insert_k_cache(k, k_cache, slot_mapping, int(block_size), status)
+    op = _insert if _direct((k, k_cache, slot_mapping, status)) else torch.ops.spgraph.quantize_and_insert_k_cache
+    op(k, k_cache, slot_mapping, int(block_size), status)
 
 
-@torch.library.custom_op("spgraph::dequantize_and_gather_k_cache", mutates_args=("out", "status"))
+@_define("dequantize_and_gather_k_cache(Tensor(a!) out, Tensor k_cache, Tensor seq_lens, Tensor? gather_lens, "
+         "Tensor block_table, SymInt block_size, SymInt offset, Tensor(b!)? status) -> ()", _nothing)
 def _gather(
     out: Tensor,
     k_cache: Tensor,
@@ -329,11 +398,7 @@ def _gather(
 ) -> None:
     _C.dequantize_and_gather_k_cache(out, k_cache, seq_lens, gather_lens, block_table, block_size, offset, status,
                                      _stream(out))
-
-
-@_gather.register_fake
-def _(out, k_cache, seq_lens, gather_lens, block_table, block_size, offset, status):
-    return None
+    _written(out, status)
 
 
 def dequantize_and_gather_k_cache(
@@ -350,18 +415,12 @@ def dequantize_and_gather_k_cache(
     """vLLM's DeepSeek-V4 ``dequantize_and_gather_k_cache``: request b's trailing ``gather_lens[b]``
     positions (all ``seq_lens[b]`` when None) into ``out[b, offset:]`` as bf16, on the current torch
     stream. Rules: :func:`spgraph.dequantize_and_gather_k_cache`."""
-    torch.ops.spgraph.dequantize_and_gather_k_cache(out, k_cache, seq_lens, gather_lens, block_table,
-                                                    int(block_size), int(offset), status)
+    op = (_gather if _direct((out, k_cache, seq_lens, gather_lens, block_table, status))
+          else torch.ops.spgraph.dequantize_and_gather_k_cache)
+    op(out, k_cache, seq_lens, gather_lens, block_table, int(block_size), int(offset), status)
 
 
 # ------------------------------------------------------------------------------------------- executor
-try:  # the raw handle of the current stream without building a torch.cuda.Stream (~0.1 us, not ~1 us)
-    from torch._C import _cuda_getCurrentRawStream as _raw_stream
-except ImportError:  # pragma: no cover - older or CPU-only builds
-    def _raw_stream(device: int) -> int:
-        return torch.cuda.current_stream(device).cuda_stream
-
-
 class Executor(_executor.Executor):
     """:class:`spgraph.Executor` for PyTorch: views are torch tensors (zero-copy, each keeping the
     executor alive) and ``run(chunk)`` / ``run_eager(chunk)`` (``run_step(step)`` / ``run_step_eager(step)`` and

@@ -472,8 +472,10 @@ def test_opcheck(name):
 
 
 # -------------------------------------------------------- no allocation, no sync, the stream
-def out_calls():
-    """Every op with every output (and the attention's workspace) given."""
+def out_calls(dispatched=False):
+    """Every op with every output (and the attention's workspace) given: through spgraph.torch's
+    functions (which, in plain eager mode, call the kernels directly), or with `dispatched`
+    through torch.ops.spgraph, the dispatcher's path."""
     x = step_inputs(6)
     kv = fresh_kv(x)
     T, h_q = x["q"].shape[:2]
@@ -485,8 +487,21 @@ def out_calls():
     nbytes = spgraph.sparse_mla_workspace_bytes(T, h_q, 512, width, torch.cuda.current_device())
     ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=DEV)
     M_dev = torch.tensor([x["M"]], dtype=torch.int32, device=DEV)
-    # what the ops write; kv and combined are checked through the attention that reads them
-    written = dict(kv=kv, combined=combined, lens=lens, out=outs[0], max_logits=outs[1], lse=outs[2])
+    # what the ops write (the workspace is the attention's scratch); kv and combined are checked
+    # through the attention that reads them
+    written = dict(kv=kv, combined=combined, lens=lens, out=outs[0], max_logits=outs[1], lse=outs[2], ws=ws)
+
+    def run_dispatched():
+        swa_bs, c_bs = x["bs"]
+        ops = torch.ops.spgraph
+        ops.quantize_and_insert_k_cache(x["new_k"], x["swa"], x["slots"], swa_bs, None)
+        ops.dequantize_and_gather_k_cache(kv, x["comp"], x["c_lens"], None, x["comp_table"], c_bs, 0, None)
+        ops.dequantize_and_gather_k_cache(kv, x["swa"], x["seqs"], x["gathers"], x["swa_table"], swa_bs, x["N"], None)
+        ops.combine_topk_swa_indices_out(x["topk"], x["qsl"], x["seqs"], x["gathers"], x["window"], x["r"], x["k"], 0,
+                                         x["N"], M_dev, None, combined, lens, None)
+        ops.sparse_mla_fwd_out(x["q"], kv.view(-1, 1, 512), combined.unsqueeze(1), 512 ** -0.5, 512, x["sink"], lens,
+                               outs[0], outs[1], outs[2], ws)
+        return outs
 
     def run():
         swa_bs, c_bs = x["bs"]
@@ -499,7 +514,31 @@ def out_calls():
                           topk_length=lens, out=outs, workspace=ws)
         return outs
 
-    return run, x, written
+    return (run_dispatched if dispatched else run), x, written
+
+
+def test_direct_and_dispatched_calls_agree_and_bump_what_they_write():
+    """spgraph.torch's functions call the kernels directly in plain eager mode; torch.ops.spgraph
+    goes through the dispatcher. Both give the same bits, and both bump the version counter of
+    every tensor an op writes once per write, as torch's in-place ops do: the insert's cache 1,
+    the two gathers' kv 2, the combine's rows 1 each, the attention's outputs and workspace 1."""
+    results = {}
+    for dispatched in (False, True):
+        run, x, written = out_calls(dispatched)
+        for v in written.values():
+            v.view(torch.uint8).fill_(0xFF)
+        before = {k: v._version for k, v in written.items()}
+        cache_before = x["swa"]._version
+        run()
+        torch.cuda.synchronize()
+        bumps = {k: v._version - before[k] for k, v in written.items()}
+        assert bumps == dict(kv=2, combined=1, lens=1, out=1, max_logits=1, lse=1, ws=1), (dispatched, bumps)
+        assert x["swa"]._version - cache_before == 1, dispatched
+        results[dispatched] = {k: written[k].clone() for k in ("kv", "lens", "out", "max_logits", "lse")}
+        results[dispatched]["swa"] = x["swa"].clone()
+    for k, v in results[False].items():
+        assert torch.equal(v.view(torch.uint8), results[True][k].view(torch.uint8)), k
+    assert results[False]["lens"].sum() > 0 and results[False]["out"].float().abs().sum() > 0  # not empty work
 
 
 def test_out_variants_allocate_nothing_and_never_sync():

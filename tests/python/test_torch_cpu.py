@@ -124,6 +124,51 @@ def test_errors_surface_through_the_torch_layer():
                                          None, torch.zeros(2, 3, dtype=torch.int32), 64, 301)
 
 
+def test_plain_eager_calls_skip_the_dispatcher_and_nothing_else_does(monkeypatch):
+    # In plain eager mode the public functions call the op's kernel directly; under any tracing,
+    # mode, transform or profiler, and for tensors that require grad or are subclasses, they go
+    # through torch.ops.spgraph (the compile and make_fx tests below need that path).
+    plain = [torch.empty(3), None, torch.empty(2, dtype=torch.int32)]
+    assert st._direct(plain)
+    assert not st._direct(plain + [torch.zeros(2, requires_grad=True)])
+    with FakeTensorMode() as mode:
+        assert not st._direct(plain)
+        fake = torch.empty(3)
+    assert not st._direct(plain + [fake])  # a tensor subclass, outside its mode
+    with torch.device("cpu"):  # a torch function mode
+        assert not st._direct(plain)
+    with torch.profiler.profile():
+        assert not st._direct(plain)
+    seen = torch.vmap(lambda x: torch.full_like(x, float(st._direct([x]))))(torch.zeros(2, 3))
+    assert not seen.any()
+    assert st._direct(plain)  # and back
+    del mode
+
+    # Which path a call takes: the dispatcher's op is replaced by a recorder that raises.
+    calls = []
+
+    def recorder(*args):
+        calls.append(args)
+        raise LookupError("dispatched")
+
+    monkeypatch.setattr(torch.ops.spgraph, "sparse_mla_fwd", recorder)
+    q, kv, idx = mla_inputs("cpu")
+    with pytest.raises(ValueError, match="run on CUDA device memory"):  # the kernel itself, directly
+        st.sparse_mla_fwd(q, kv, idx, 0.1)
+    assert calls == []
+    with pytest.raises(LookupError, match="dispatched"):
+        st.sparse_mla_fwd(q, kv, idx, 0.1, attn_sink=torch.zeros(64, requires_grad=True))
+    assert len(calls) == 1
+
+
+def test_errors_surface_through_the_dispatcher_too():
+    q, kv, idx = mla_inputs("cpu")
+    with pytest.raises(ValueError, match=r"topk = 100 must be a positive multiple of 64"):
+        torch.ops.spgraph.sparse_mla_fwd(q, kv, idx[..., :100].contiguous(), 0.1, 512, None, None)
+    with pytest.raises(TypeError, match=r"q\.dtype = float32 must be bfloat16"):
+        torch.ops.spgraph.sparse_mla_fwd_out(q.float(), kv, idx, 0.1, 512, None, None, q, q, q, None)
+
+
 def test_tensors_that_require_grad_are_taken():
     q, kv, idx = mla_inputs("cpu")
     sink = torch.zeros(64, requires_grad=True)
