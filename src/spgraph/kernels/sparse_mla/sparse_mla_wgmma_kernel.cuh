@@ -656,23 +656,25 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const int tile = lane >> 3;
   const std::uint32_t lane_base = stg + static_cast<std::uint32_t>(16 * w + (lane & 7) + 8 * (tile & 1)) * 128 +
                                   static_cast<std::uint32_t>(((tile >> 1) ^ (lane & 7)) << 4);
+  // Each panel's TMA store is issued as soon as its four stmatrix steps are written, so the stores
+  // of the first panels overlap the staging of the next (issue 15 round 12: 0.5-2% on every row
+  // but V32, where the CTA's end is the smallest share; docs/benchmark_history.md).
+  const std::uint64_t policy = wgmma_once_row_policy();  // out rows are not read again here
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    stmatrix_x4((lane_base ^ static_cast<std::uint32_t>((j & 3) << 5)) + (j >> 2) * 8192,
-                pack_bf16(o[8 * j] * inv[0], o[8 * j + 1] * inv[0]),
-                pack_bf16(o[8 * j + 2] * inv[1], o[8 * j + 3] * inv[1]),
-                pack_bf16(o[8 * j + 4] * inv[0], o[8 * j + 5] * inv[0]),
-                pack_bf16(o[8 * j + 6] * inv[1], o[8 * j + 7] * inv[1]));
-  }
-  fence_proxy_async();  // the stmatrix writes, visible to the TMA engine
-  named_barrier(kWgBarEpi0 + wg, 128);
-  if (x == 0) {
-    const std::uint64_t policy = wgmma_once_row_policy();  // out rows are not read again here
+  for (int pn = 0; pn < 4; ++pn) {
 #pragma unroll
-    for (int pn = 0; pn < 4; ++pn)
-      tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, row_base + token, policy);
-    bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
+    for (int j = 4 * pn; j < 4 * pn + 4; ++j) {
+      stmatrix_x4((lane_base ^ static_cast<std::uint32_t>((j & 3) << 5)) + (j >> 2) * 8192,
+                  pack_bf16(o[8 * j] * inv[0], o[8 * j + 1] * inv[0]),
+                  pack_bf16(o[8 * j + 2] * inv[1], o[8 * j + 3] * inv[1]),
+                  pack_bf16(o[8 * j + 4] * inv[0], o[8 * j + 5] * inv[0]),
+                  pack_bf16(o[8 * j + 6] * inv[1], o[8 * j + 7] * inv[1]));
+    }
+    fence_proxy_async();  // this panel's stmatrix writes, visible to the TMA engine
+    named_barrier(kWgBarEpi0 + wg, 128);
+    if (x == 0) tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, row_base + token, policy);
   }
+  if (x == 0) bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
 }
 
 
