@@ -212,8 +212,14 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
   std::vector<Summary> summary;
   std::printf("%-18s %6s %4s %5s %6s %5s %17s %6s %9s %9s %11s %7s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
               "kernel", "split", "gpu_us", "TFLOP/s", "FlashMLA_us", "ratio");
-  for (const Row& row : table_a()) {
+  for (Row row : table_a()) {
     if (opt.quick && !row.quick) continue;
+    // A small-chunk row (the split paths, more warm-up calls in bursts): by the row, not --s-q.
+    const bool small = row.s_q != 4096;
+    if (opt.s_q > 0) {
+      row.s_q = opt.s_q;
+      row.flashmla_us = 0;  // FlashMLA's figures are of the rows' own s_q
+    }
     const std::string row_name = std::string(row.label) + "/" + std::to_string(row.s_kv) +
                                  (row.s_q != 4096 ? "/sq" + std::to_string(row.s_q) : std::string());
     if (!row_filters.empty() && std::none_of(row_filters.begin(), row_filters.end(), [&](const std::string& f) {
@@ -261,7 +267,6 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     kernels::SparseMla::can_implement(args);
 
     const double flops = 2.0 * static_cast<double>(idx_elems) * row.h_q * (row.d_qk + 512);
-    const bool small = row.s_q != 4096;
     // Default: every row also times the mma.sync single pass (the wgmma kernel's baseline); small
     // chunks also time the wgmma single pass and both split top-k kernels, to show what the
     // automatic choice buys. With --paths: the listed paths, split ones on the small chunks only
@@ -292,6 +297,8 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     for (const NamedPath* np : variants) {
       kernels::SparseMlaArgs a = args;
       a.path = np->path;
+      if (is_split_path(np->path)) a.num_splits = opt.num_splits;
+      kernels::SparseMla::can_implement(a);
       const kernels::SparseMlaPlan plan = kernels::SparseMla::plan(a);
       const bool duplicate = std::any_of(timed.begin(), timed.end(), [&](const Timed& t) {
         return t.plan.kernel == plan.kernel && t.plan.num_splits == plan.num_splits && t.plan.split == plan.split;

@@ -38,6 +38,12 @@ struct AttentionOptions {
   /// as long as one-shot lets it, not longer).
   /// Figures of the last three carry the variant suffix "+prepared" / "+chain" / "+gated".
   std::string launch{"oneshot"};
+  /// Tokens of every row (s_q) instead of the row's own, 0 = the row's: the row is then named
+  /// with its s_q ("V4-C1/8192/sq4092") and has no FlashMLA figure. For the wave probe: a
+  /// single-pass grid of s_q * h_q / 64 CTAs that is a whole number of waves, or one more.
+  int s_q{0};
+  /// Top-k slices of the split paths (SparseMlaArgs::num_splits), 0 = the shape's choice.
+  int num_splits{0};
 };
 
 /// Launches per sample of AttentionOptions::launch "chain".

@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   std::string rows;
   std::string paths;
   int rounds = 1;
+  int s_q = 0;
+  int splits = 0;
   int staging_reps = 20000;
   bool quick = false;
   bool burst = false;
@@ -94,6 +96,18 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench: --rounds needs a count of at least 1\n");
         return 2;
       }
+    } else if (a == "--s-q" && i + 1 < argc) {
+      s_q = std::atoi(argv[++i]);
+      if (s_q < 1 || s_q > 65536) {
+        std::fprintf(stderr, "bench: --s-q needs a token count in [1, 65536]\n");
+        return 2;
+      }
+    } else if (a == "--splits" && i + 1 < argc) {
+      splits = std::atoi(argv[++i]);
+      if (splits < 1 || splits > 256) {
+        std::fprintf(stderr, "bench: --splits needs a slice count in [1, 256]\n");
+        return 2;
+      }
     } else if (a == "--staging-reps" && i + 1 < argc) {
       staging_reps = std::atoi(argv[++i]);
       if (staging_reps < 1) {
@@ -113,7 +127,7 @@ int main(int argc, char** argv) {
     } else if (a == "--burst") {
       burst = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench [--tables ABCDSLR] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--no-ceilings] [--staging-reps N] [--json FILE]\n"
+      std::printf("usage: bench [--tables ABCDSLR] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--s-q N] [--splits N] [--no-ceilings] [--staging-reps N] [--json FILE]\n"
                   "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor), S (step staging,\n"
                   "             host only, no GPU needed), L (table D's loop probe alone), R (where a step graph's\n"
                   "             growing launch cost is paid) to run; - for none\n"
@@ -129,6 +143,9 @@ int main(int argc, char** argv) {
                   "             SparseMlaLaunch::run per call), chain (prepared, 8 back-to-back launches per sample)\n"
                   "             or gated (prepared, each sample enqueued behind a gate the host opens after it:\n"
                   "             the kernel's device time from an idle start, without the host's launch)\n"
+                  "  --s-q N    table A: every row with N tokens instead of its own (named .../sqN, no FlashMLA\n"
+                  "             figure): the wave probe, e.g. V4-C1 at 4092 (31 waves of 132 CTAs) against 4096\n"
+                  "  --splits N table A: N top-k slices on the split paths instead of the shape's choice\n"
                   "  --no-ceilings  skip the copy and GEMM ceilings (2 s; for repeated A/B invocations in one run)\n"
                   "  --staging-reps  table S: repetitions per row (default 20000; median of them)\n"
                   "  --json     write every record to FILE\n"
@@ -176,6 +193,8 @@ int main(int argc, char** argv) {
       attention.paths = paths;
       attention.rounds = rounds;
       attention.launch = launch;
+      attention.s_q = s_q;
+      attention.num_splits = splits;
       bench::run_attention_benchmarks(rep, stream.get(), attention);
     }
     if (tables.find('B') != std::string::npos) bench::run_pipeline_benchmarks(rep, quick);
