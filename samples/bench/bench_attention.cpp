@@ -78,12 +78,10 @@ constexpr NamedPath kPaths[] = {
     {"split_topk", kernels::SparseMlaPath::split_topk, "spgraph-split-topk"},
     {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
-    {"split_topk_cluster", kernels::SparseMlaPath::split_topk_cluster, "spgraph-split-topk-cluster"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
-  return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma ||
-         p == kernels::SparseMlaPath::split_topk_cluster;
+  return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma;
 }
 
 /// Splits "a,b,c" into its non-empty parts.

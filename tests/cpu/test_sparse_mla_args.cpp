@@ -43,23 +43,6 @@ TEST_CASE("sparse_mla: can_implement names what the kernels do not implement", "
   rejects([](k::SparseMlaArgs& b) { b.s_q = 20'000'000; b.h_q = 128; }, "output rows");
   rejects([](k::SparseMlaArgs& b) { b.sm_scale = std::numeric_limits<float>::infinity(); }, "sm_scale");
   rejects([](k::SparseMlaArgs& b) { b.kv_row_stride = std::int64_t{1} << 39; }, "kv_row_stride");
-  // The cluster merge: one cluster of at most 8 CTAs holds a token's slices.
-  k::SparseMlaArgs cluster = a;
-  cluster.topk = 1024;
-  cluster.path = k::SparseMlaPath::split_topk_cluster;
-  cluster.num_splits = 8;
-  REQUIRE_NOTHROW(k::SparseMla::can_implement(cluster));
-  cluster.num_splits = 9;
-  try {
-    k::SparseMla::can_implement(cluster);
-    FAIL("num_splits 9 accepted for split_topk_cluster");
-  } catch (const spg::InvalidArgument& e) {
-    const std::string m = e.what();
-    CHECK(m.find("num_splits = 9") != std::string::npos);
-    CHECK(m.find("split_topk_cluster") != std::string::npos);
-  }
-  cluster.path = k::SparseMlaPath::split_topk;  // the merge kernel's split takes up to topk / 64
-  REQUIRE_NOTHROW(k::SparseMla::can_implement(cluster));
 }
 
 TEST_CASE("sparse_mla: can_implement bounds the q and out token strides", "[sparse_mla]") {

@@ -115,34 +115,3 @@ TEST_CASE("sparse_mla plan: automatic takes the cost model's slicing", "[sparse_
     CHECK(plan.num_splits == 1);
   }
 }
-
-TEST_CASE("sparse_mla plan: the cluster-merged split", "[sparse_mla]") {
-  auto plan = [](int s_q, int h_q, int topk, int num_splits) {
-    k::SparseMlaArgs a = shape_only_args(8192, topk, s_q, h_q, 512);
-    a.path = k::SparseMlaPath::split_topk_cluster;
-    a.num_splits = num_splits;
-    return k::SparseMla::plan_for_sms(a, kH200Sms);
-  };
-  SECTION("slices of whole pairs filling a wave, at most 8") {
-    const k::SparseMlaPlan h128_16 = plan(16, 128, 1152, 0);  // 32 items: 4 slices of 9 pairs -> 3 of 3
-    CHECK(h128_16.kernel == k::SparseMlaKernel::wgmma_split_cluster);
-    CHECK_FALSE(h128_16.split);  // no partials, no merge kernel
-    CHECK(h128_16.blocks_per_split == 6);
-    CHECK(h128_16.num_splits == 3);
-    const k::SparseMlaPlan h64_16 = plan(16, 64, 640, 0);  // 16 items: 8 slices of 5 pairs -> 5 of 1
-    CHECK(h64_16.blocks_per_split == 2);
-    CHECK(h64_16.num_splits == 5);
-    const k::SparseMlaPlan h64_64 = plan(64, 64, 640, 0);  // 64 items: 2 slices of 3 and 2 pairs
-    CHECK(h64_64.blocks_per_split == 6);
-    CHECK(h64_64.num_splits == 2);
-    const k::SparseMlaPlan one = plan(1, 64, 8320, 0);  // 130 blocks: never more than 8 slices
-    CHECK(one.num_splits <= 8);
-    CHECK(one.num_splits * one.blocks_per_split >= 130);
-  }
-  SECTION("an explicit slice count, capped at the cluster's 8 CTAs") {
-    CHECK(plan(16, 128, 1024, 2).num_splits == 2);
-    CHECK(plan(16, 128, 1024, 5).blocks_per_split == 4);  // ceil(16 / 5) blocks, so 4 slices
-    CHECK(plan(16, 128, 1024, 5).num_splits == 4);
-    CHECK(plan(16, 128, 1024, 8).num_splits == 8);
-  }
-}

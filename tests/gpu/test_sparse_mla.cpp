@@ -257,9 +257,8 @@ k::SparseMlaKernel expected_automatic(const Problem& p) {
 }
 
 std::string plan_name(const k::SparseMlaPlan& plan) {
-  const bool sliced = plan.split || plan.kernel == k::SparseMlaKernel::wgmma_split_cluster;
   return std::string(" ") + k::sparse_mla_kernel_name(plan.kernel) +
-         (sliced ? " x" + std::to_string(plan.num_splits) : std::string());
+         (plan.split ? " x" + std::to_string(plan.num_splits) : std::string());
 }
 
 /// Runs a problem on each of `paths` in both modes and checks every run against one reference;
@@ -282,14 +281,12 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
   }
 }
 
-/// The five kernels, by their explicit paths.
+/// The four kernels, by their explicit paths.
 const std::vector<k::SparseMlaPath> kAllKernels = {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk,
-                                                   k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma,
-                                                   k::SparseMlaPath::split_topk_cluster};
+                                                   k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma};
 
 bool is_split(k::SparseMlaPath path) {
-  return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma ||
-         path == k::SparseMlaPath::split_topk_cluster;
+  return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma;
 }
 
 /// Every kernel of kAllKernels, eager and replayed, on `p` against `want`: out within `looser`
@@ -333,8 +330,7 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
       for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_mma,
-                              k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma,
-                              k::SparseMlaPath::split_topk_cluster}) {
+                              k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma}) {
         Problem full = make_problem({d_qk, h_q, 1000, 256, 37}, {.sink = true}, 11 + d_qk + h_q);
         full.topk_length.assign(static_cast<std::size_t>(full.s_q), 1);
         Problem first = full;
@@ -516,11 +512,9 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
     /// bit-equal. The wgmma kernel sums Q K^T of a block in an order that depends on which
     /// consumer warpgroup takes it (the block's parity in its slice), so there they are close.
     bool max_bit_equal;
-    int most_splits;  ///< the largest slice count tried (the cluster merge takes at most 8)
   };
-  for (const Pair& pair : {Pair{k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma, true, 16},
-                           Pair{k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk, false, 16},
-                           Pair{k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk_cluster, false, 8}}) {
+  for (const Pair& pair : {Pair{k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma, true},
+                           Pair{k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk, false}}) {
     for (const int d_qk : {512, 576}) {
       const Problem p = make_problem({d_qk, 128, 5003, 1024, 29},
                                      {.sink = true, .topk_length = true, .extra_invalid = 0.02}, 777 + d_qk);
@@ -530,10 +524,10 @@ TEST_CASE("sparse_mla: split-top-k matches the single pass on the same inputs", 
       const Outputs base = run_mode(single, Mode::eager, stream.get());
       const std::string single_name = plan_name(k::SparseMla::plan(single.args));
       expect_matches(base, want, p.h_q, tokens, describe(p) + single_name);
-      for (const int splits : {1, 2, 3, 5, pair.most_splits}) {
+      for (const int splits : {1, 2, 3, 5, 16}) {
         DeviceProblem split(p, pair.split, splits);
         const k::SparseMlaPlan plan = k::SparseMla::plan(split.args);
-        REQUIRE((plan.split || plan.kernel == k::SparseMlaKernel::wgmma_split_cluster));
+        REQUIRE(plan.split);
         for (const Mode mode : {Mode::eager, Mode::graph}) {
           const Outputs got = run_mode(split, mode, stream.get());
           const std::string label = describe(p) + plan_name(plan) + " " + mode_name(mode);
@@ -895,8 +889,7 @@ TEST_CASE("sparse_mla: kv rows at a padded stride, padding never read", "[gpu][s
     for (const std::int64_t extra : {8, d_qk + 200}) {
       const Problem base = make_problem({d_qk, 128, 1201, 448, 71}, {.sink = true, .topk_length = true}, ++seed);
       check_problem(with_stride(base, d_qk + extra), {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass_mma,
-                                                      k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma,
-                                                      k::SparseMlaPath::split_topk_cluster},
+                                                      k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma},
                     stream.get(), 4);
     }
   }

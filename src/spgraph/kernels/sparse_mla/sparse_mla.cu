@@ -60,20 +60,6 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
       per_split = (blocks + n - 1) / n;
       break;
     }
-    case SparseMlaPath::split_topk_cluster: {
-      // Slices of whole pairs (as automatic cuts them) unless num_splits is given, and at most
-      // kClusterMergeMaxSplits of them: one cluster holds an item's slices.
-      plan.kernel = SparseMlaKernel::wgmma_split_cluster;
-      constexpr int kMax = detail::kClusterMergeMaxSplits;
-      if (a.num_splits > 0) {
-        per_split = (blocks + a.num_splits - 1) / a.num_splits;
-      } else {
-        const int n = std::min(kMax, std::max(2, filling_splits(items, pairs, sms)));
-        per_split = 2 * ((pairs + n - 1) / n);
-      }
-      per_split = std::max(per_split, (blocks + kMax - 1) / kMax);
-      break;
-    }
     case SparseMlaPath::automatic:
     default: {
       // The wgmma kernel runs the blocks of an item in pairs, so slices hold whole pairs; how many
@@ -91,8 +77,7 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
 }
 
 bool is_wgmma(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk ||
-         k == SparseMlaKernel::wgmma_split_cluster;
+  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk;
 }
 
 std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
@@ -137,22 +122,13 @@ struct AttentionKernel {
     return core::allow_dynamic_smem_once(kernel, kSmem, info, smem_allowed);
   }
 
-  /// `cluster` > 1 (the wgmma kernel's cluster merge): CTAs in clusters of that many along x.
   static cudaError_t launch(const detail::SparseMlaParams& p, const CUtensorMap& out_map, unsigned grid,
-                            unsigned cluster, cudaStream_t stream) noexcept {
+                            cudaStream_t stream) noexcept {
     if constexpr (kWgmma) {
       // Programmatic dependent launch: the kernel reads no input before griddepcontrol.wait, so
       // its CTAs may be placed (and their barriers set up) while the previous kernel finishes.
-      cudaLaunchAttribute attributes[2]{};
-      cudaLaunchConfig_t config = early_start_config(grid, detail::kWgmmaThreads, kSmem, stream, attributes[0]);
-      if (cluster > 1) {
-        attributes[1].id = cudaLaunchAttributeClusterDimension;
-        attributes[1].val.clusterDim.x = cluster;
-        attributes[1].val.clusterDim.y = 1;
-        attributes[1].val.clusterDim.z = 1;
-        config.attrs = attributes;
-        config.numAttrs = 2;
-      }
+      cudaLaunchAttribute attribute{};
+      const cudaLaunchConfig_t config = early_start_config(grid, detail::kWgmmaThreads, kSmem, stream, attribute);
       const cudaError_t status = cudaLaunchKernelEx(&config, detail::sparse_mla_wgmma_kernel<D>, p, out_map);
       if (status != cudaSuccess) return status;
     } else {
@@ -251,13 +227,10 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
               "out_rows = " << a.out_rows << " must be 0 (s_q) or in [s_q = " << a.s_q << ", 2^31 - 1]");
   SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
                   a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma ||
-                  a.path == SparseMlaPath::split_topk_mma || a.path == SparseMlaPath::split_topk_cluster,
+                  a.path == SparseMlaPath::split_topk_mma,
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
-  SPG_EXPECTS(a.path != SparseMlaPath::split_topk_cluster || a.num_splits <= detail::kClusterMergeMaxSplits,
-              "num_splits = " << a.num_splits << " must be in [0, " << detail::kClusterMergeMaxSplits
-                              << "] for split_topk_cluster (one cluster holds a token's slices)");
   const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
   const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
@@ -292,9 +265,7 @@ struct SparseMlaLaunch::Prepared {
   detail::SparseMlaMergeParams merge{};
   unsigned merge_grid{0};
   cudaError_t (*allow_smem)(const core::DeviceInfo&) noexcept {nullptr};
-  unsigned cluster{1};  // CTAs per cluster (the cluster merge's slices), 1: no clusters
-  cudaError_t (*attention)(const detail::SparseMlaParams&, const CUtensorMap&, unsigned, unsigned,
-                           cudaStream_t) noexcept {nullptr};
+  cudaError_t (*attention)(const detail::SparseMlaParams&, const CUtensorMap&, unsigned, cudaStream_t) noexcept {nullptr};
 };
 
 namespace {
@@ -335,8 +306,6 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   p.num_splits = plan.num_splits;
   p.blocks_per_split = plan.blocks_per_split;
   p.write_partials = plan.split;
-  p.cluster_merge = plan.kernel == SparseMlaKernel::wgmma_split_cluster;
-  out.cluster = p.cluster_merge ? static_cast<unsigned>(plan.num_splits) : 1u;
   p.q_token_stride = resolved_stride(a.q_token_stride, std::int64_t{a.h_q} * a.d_qk);
   p.out_token_stride = resolved_stride(a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
   p.token_offset = a.token_offset;
@@ -402,7 +371,7 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
 
 cudaError_t launch_prepared(const SparseMlaLaunch::Prepared& l, cudaStream_t stream) noexcept {
   if (l.grid == 0) return cudaSuccess;  // s_q = 0
-  const cudaError_t status = l.attention(l.params, l.out_map, l.grid, l.cluster, stream);
+  const cudaError_t status = l.attention(l.params, l.out_map, l.grid, stream);
   if (status != cudaSuccess || !l.plan.split) return status;
   // The merge waits for the partials (griddepcontrol.wait) before it reads them, so it may be
   // placed on the SMs the partial kernel leaves idle while that one runs.

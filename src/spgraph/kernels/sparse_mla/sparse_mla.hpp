@@ -44,10 +44,6 @@ enum class SparseMlaPath : std::int32_t {
   /// kernel and as its performance baseline.
   single_pass_mma = 3,
   split_topk_mma = 4,  ///< the mma.sync kernel over top-k slices + the merge kernel (any device)
-  /// The wgmma kernel over top-k slices, the slices of each (token, 64 heads) one thread-block
-  /// cluster of num_splits CTAs (at most 8) that merges them through distributed shared memory
-  /// and writes out itself: no partials in global memory, no merge kernel, no workspace (sm_90).
-  split_topk_cluster = 5,
 };
 
 /// @brief The kernel(s) a plan launches.
@@ -59,7 +55,6 @@ enum class SparseMlaKernel : std::int32_t {
   mma_single_pass = 1,   ///< persistent mma.sync kernel, whole top-k range per item
   mma_split_topk = 2,    ///< mma.sync partial kernel over top-k slices + merge kernel
   wgmma_split_topk = 3,  ///< the wgmma kernel, one CTA per (token, 64 heads, slice) + merge kernel
-  wgmma_split_cluster = 4,  ///< the wgmma kernel, a cluster of slice CTAs per (token, 64 heads), merged in it
 };
 
 /// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split"), for logs and
@@ -68,7 +63,6 @@ constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
   switch (k) {
     case SparseMlaKernel::wgmma_single_pass: return "wgmma";
     case SparseMlaKernel::wgmma_split_topk: return "wgmma-split";
-    case SparseMlaKernel::wgmma_split_cluster: return "wgmma-cluster";
     case SparseMlaKernel::mma_single_pass: return "mma";
     case SparseMlaKernel::mma_split_topk: return "mma-split";
   }
@@ -110,8 +104,7 @@ struct SparseMlaArgs {
   /// Rows of out (tokens), the extent of its TMA descriptor; 0 means s_q. At least s_q.
   std::int64_t out_rows{0};
   SparseMlaPath path{SparseMlaPath::automatic};
-  /// split_topk / split_topk_mma / split_topk_cluster only: number of top-k slices; 0 lets the
-  /// shape choose (split_topk_cluster: at most 8, the cluster's CTAs).
+  /// split_topk / split_topk_mma only: number of top-k slices; 0 lets the shape choose.
   int num_splits{0};
 };
 
@@ -159,8 +152,7 @@ struct SparseMla {
   ///         neither 0 nor at least the contiguous size (h_q * d_qk, h_q * 512) or not a multiple
   ///         of 8, any of the three strides at 2^40 bytes or more (the TMA bound on a tensor map's
   ///         strides), q/kv/out not 16-byte aligned, a
-  ///         non-finite sm_scale, num_splits outside [0, topk / 64] (and above 8 for
-  ///         split_topk_cluster),
+  ///         non-finite sm_scale, num_splits outside [0, topk / 64],
   ///         more than 2^31 - 1 output rows (s_q * h_q) or more than 2^31 - 1 work items.
   static void can_implement(const SparseMlaArgs& args);
 

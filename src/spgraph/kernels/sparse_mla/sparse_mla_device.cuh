@@ -33,9 +33,6 @@ struct SparseMlaParams {
   int blocks_per_split;  ///< 64-row blocks per slice
   int num_items;         ///< s_q * (h_q / 64) * num_splits
   bool write_partials;   ///< split path: write unnormalized O, m and l to the workspace
-  /// wgmma split over a cluster of num_splits CTAs (the slices of one item): merged through
-  /// distributed shared memory, out written by the kernel (no partials, no merge kernel)
-  bool cluster_merge;
   float* part_o;         ///< [num_splits, s_q * h_q, 512]
   float2* part_ml;       ///< [num_splits, s_q * h_q]: (running max in log2 units, sum of exp2)
   int q_prefetch_ahead;  ///< wgmma: a CTA prefetches into L2 the Q rows of the item this many on (0: none)

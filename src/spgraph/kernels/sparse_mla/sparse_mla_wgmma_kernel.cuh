@@ -154,135 +154,6 @@ __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int it
   return it;
 }
 
-/// Cluster barriers of the cluster merge: (m, l) published, O staged, every stage read.
-inline constexpr int kClusterMergeBarriers = 3;
-/// The most slices of a cluster-merged split (the portable cluster size).
-inline constexpr int kClusterMergeMaxSplits = 8;
-
-/// The epilogue of a split slice whose item's slices are the CTAs of one cluster (rank = slice;
-/// SparseMlaKernel::wgmma_split_cluster), run by both consumer warpgroups (x: the thread in its
-/// warpgroup) after the row sums are combined: the merge kernel's arithmetic, through distributed
-/// shared memory instead of global partials.
-///   1. Each CTA publishes its rows' (true max, sum relative to it) in the mask area (the masks
-///      are read by now), as the partials would hold them; cluster barrier.
-///   2. Each reads every slice's pair for its rows: the merged max M over the slices with a
-///      non-zero sum, the merged sum, finalize_row_log2_sink; rank 0 writes max_logits and lse.
-///      Each scales its O by exp2(m_run - m) exp2(m - M) / (sum + sink) (0 for an empty slice)
-///      and stages it as fp32 [64 rows x 512] over the Q region and K0 (read by now: both
-///      warpgroups waited for their last wgmma before the row-sum barrier), 16-byte chunk c of
-///      row r at r * 2048 + ((c ^ (r % 8)) << 4); cluster barrier.
-///   3. Rank s sums chunks [128 s / S, 128 (s + 1) / S) of every row over the S stages in rank
-///      order and writes them as bf16 out; cluster barrier, so no CTA leaves while its stage is read.
-template <int D>
-__device__ __forceinline__ void cluster_merge_epilogue(const SparseMlaParams& p, const WgmmaItem& it, unsigned char* sm,
-                                                       std::uint32_t sb, const float (&o)[128], const float (&m_run)[2],
-                                                       const float (&m_max)[2], const float (&l_row)[2],
-                                                       const float (&sink_log2)[2], int row_base, int wg, int x) {
-  using L = WgmmaSmem<D>;
-  static_assert(64 * 512 * 4 <= L::kOffMisc, "the fp32 stage must end before the mask area");
-  const int slices = p.num_splits;
-  const auto rank = static_cast<std::uint32_t>(it.split);
-  const int w = x >> 5;
-  const int t = x & 3;
-  const int r0 = 16 * w + ((x & 31) >> 2);
-  // 1. this slice's (m, l) per row, relative to its true max
-  float m_s[2];
-  float l_s[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    m_s[h] = l_row[h] > 0.0f ? m_max[h] : m_run[h];
-    l_s[h] = l_row[h] > 0.0f ? l_row[h] * fast_exp2(m_run[h] - m_max[h]) : 0.0f;
-  }
-  float2* ml_x = reinterpret_cast<float2*>(sm + L::kOffMask);
-  if (wg == 0 && t == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) ml_x[r0 + 8 * h] = make_float2(m_s[h], l_s[h]);
-  }
-  cluster_sync();
-  // 2. merged statistics, this slice's factor, the stage
-  std::uint32_t base[kClusterMergeMaxSplits];
-#pragma unroll
-  for (int q = 0; q < kClusterMergeMaxSplits; ++q) base[q] = q < slices ? cluster_smem(sb, static_cast<std::uint32_t>(q)) : 0u;
-  float scale[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + 8 * h;
-    float2 ml[kClusterMergeMaxSplits];
-    float big_m = -CUDART_INF_F;
-#pragma unroll
-    for (int q = 0; q < kClusterMergeMaxSplits; ++q) {
-      ml[q] = q < slices ? ld_cluster_f2(base[q] + static_cast<std::uint32_t>(L::kOffMask + 8 * r)) : make_float2(0.0f, 0.0f);
-      if (ml[q].y > 0.0f) big_m = fmaxf(big_m, ml[q].x);
-    }
-    float big_l = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kClusterMergeMaxSplits; ++q) {
-      if (ml[q].y > 0.0f) big_l = fmaf(ml[q].y, exp2f(ml[q].x - big_m), big_l);
-    }
-    const RowFinal fin = finalize_row_log2_sink(big_m, big_l, sink_log2[h]);
-    scale[h] = l_s[h] > 0.0f ? fast_exp2(m_run[h] - m_max[h]) * exp2f(m_max[h] - big_m) * fin.inv : 0.0f;
-    if (rank == 0 && wg == 0 && t == 0) {
-      const std::int64_t row = (static_cast<std::int64_t>(row_base) + it.token) * p.h_q + it.head0 + r;
-      p.max_logits[row] = fin.max_logit;
-      p.lse[row] = fin.lse;
-    }
-  }
-#pragma unroll
-  for (int n = 0; n < 32; ++n) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      const int col = wg * 256 + 8 * n + 2 * t;
-      const int chunk = col >> 2;
-      *reinterpret_cast<float2*>(sm + r * 2048 + ((chunk ^ (r & 7)) << 4) + 4 * (col & 3)) =
-          make_float2(o[4 * n + 2 * h] * scale[h], o[4 * n + 2 * h + 1] * scale[h]);
-    }
-  }
-  cluster_sync();
-  // 3. this rank's columns, summed over the stages
-  const int c_begin = static_cast<int>(rank) * 128 / slices;
-  const int chunks = (static_cast<int>(rank) + 1) * 128 / slices - c_begin;
-  __nv_bfloat16* out = p.out + (static_cast<std::int64_t>(row_base) + it.token) * p.out_token_stride + it.head0 * 512;
-  // Four chunks a thread per round, all their loads issued before the first sum: a distributed
-  // shared-memory load takes about an L2 hit's latency.
-  constexpr int kBatch = 4;
-  const int total = 64 * chunks;
-  for (int k0 = wg * 128 + x; k0 < total; k0 += kBatch * 256) {
-    std::uint32_t off[kBatch];
-    float4 v[kBatch][kClusterMergeMaxSplits];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int k = min(k0 + b * 256, total - 1);  // past the end: a repeated chunk, not stored
-      const int r = k / chunks;
-      const int c = c_begin + k % chunks;
-      off[b] = static_cast<std::uint32_t>(r * 2048 + ((c ^ (r & 7)) << 4));
-#pragma unroll
-      for (int q = 0; q < kClusterMergeMaxSplits; ++q) {
-        if (q < slices) v[b][q] = ld_cluster_f4(base[q] + off[b]);
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int k = k0 + b * 256;
-      if (k >= total) continue;
-      float4 acc = v[b][0];
-#pragma unroll
-      for (int q = 1; q < kClusterMergeMaxSplits; ++q) {
-        if (q < slices) {
-          acc.x += v[b][q].x;
-          acc.y += v[b][q].y;
-          acc.z += v[b][q].z;
-          acc.w += v[b][q].w;
-        }
-      }
-      const int r = k / chunks;
-      const int c = c_begin + k % chunks;
-      *reinterpret_cast<uint2*>(out + r * 512 + 4 * c) = make_uint2(pack_bf16(acc.x, acc.y), pack_bf16(acc.z, acc.w));
-    }
-  }
-  cluster_sync();
-}
-
 template <int D>
 __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
                                                                               const __grid_constant__ CUtensorMap out_map) {
@@ -339,7 +210,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // A/B switch, off (issue 15 round 3, docs/benchmark_history.md): the out map's descriptor fetched at
     // the start rather than at the epilogue's first store (the split kernels pass no map).
     // Measured within the spread; kept as a switch for a longer A/B.
-    if (x == 0 && !p.write_partials && !p.cluster_merge) prefetch_tensormap(&out_map);
+    if (x == 0 && !p.write_partials) prefetch_tensormap(&out_map);
 #endif
     // A fill's arrival on its full (or Q) barrier once this thread's cp.async copies have landed:
     // one .noinc arrival at completion, which counts as one of the barrier's 128 expected
@@ -433,11 +304,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
                            64u * D * 2u);
         }
       }
-    }
-    // The cluster merge's three barriers take every thread of the cluster: the producer stays
-    // for them (its fills have all been consumed by the time the consumers reach the first).
-    if (p.cluster_merge) {
-      for (int i = 0; i < kClusterMergeBarriers; ++i) cluster_sync();
     }
     return;
   }
@@ -740,10 +606,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   float m_max[2];  // the rows' true max over both warpgroups' blocks (m_run is the reference)
 #pragma unroll
   for (int h = 0; h < 2; ++h) m_max[h] = fmaxf(m_true[h], mt_other[r0 + 8 * h]);
-  if (p.cluster_merge) {
-    cluster_merge_epilogue<D>(p, it, sm, sb, o, m_run, m_max, l_row, sink_log2, row_base, wg, x);
-    return;
-  }
   if (p.write_partials) {
     // The slice's unnormalized fp32 O and (m, l); the merge kernel weighs the slices. A quad
     // stores 32 contiguous bytes of a row.

@@ -269,36 +269,6 @@ __device__ __forceinline__ void cp_async_16_l2_hint(std::uint32_t dst, const voi
                : "memory");
 }
 
-// ---- thread-block clusters (the split top-k slices of one item merged through distributed
-// shared memory)
-
-/// barrier.cluster arrive (release) and wait (acquire) by this thread: every thread of every CTA
-/// of the cluster arrives before any passes, and the shared-memory writes before the arrival are
-/// visible to the cluster's CTAs after the wait.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-/// The address in the cluster's shared window of `smem` (a shared::cta address of this CTA's
-/// layout) in the CTA of cluster rank `rank`.
-__device__ __forceinline__ std::uint32_t cluster_smem(std::uint32_t smem, std::uint32_t rank) {
-  std::uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float2 ld_cluster_f2(std::uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ float4 ld_cluster_f4(std::uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-
 // ---- fragment layouts (PTX ISA "Register Fragments" of wgmma, m64nNk16, f32 accumulator):
 // thread x of the warpgroup (warp w = x / 32, lane l, g = l / 4, t = l % 4) holds accumulator
 // element i (0 <= i < N / 2) at row 16 w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 t + (i & 1).
