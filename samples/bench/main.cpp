@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--splits" && i + 1 < argc) {
       splits = std::atoi(argv[++i]);
-      if (splits < 1 || splits > 256) {
-        std::fprintf(stderr, "bench: --splits needs a slice count in [1, 256]\n");
+      if (splits < 0 || splits > 256) {
+        std::fprintf(stderr, "bench: --splits needs a slice count in [0, 256] (0: the shape's choice)\n");
         return 2;
       }
     } else if (a == "--staging-reps" && i + 1 < argc) {
