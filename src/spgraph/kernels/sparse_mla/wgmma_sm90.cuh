@@ -1,9 +1,9 @@
 // Hopper (sm_90a) device helpers of the wgmma sparse MLA kernel (sparse_mla_wgmma_kernel.cuh):
-// shared-memory matrix descriptors, the three wgmma shapes the kernel issues, wgmma and proxy
-// fences, mbarriers with a bounded wait, named-barrier arrival, register reallocation between
-// warpgroups, cp.async with an L2 prefetch hint, TMA stores and L2 policies, and the accumulator
-// fragment layouts. Raw PTX, so the encodings tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are
-// exactly the ones written here.
+// the three wgmma shapes the kernel issues, wgmma and proxy fences, mbarriers with a bounded
+// wait, named-barrier arrival, register reallocation between warpgroups, cp.async with an L2
+// prefetch hint, TMA stores and L2 policies, and the accumulator fragment layouts (the
+// shared-memory matrix descriptors are in wgmma_desc.hpp). Raw PTX, so the encodings
+// tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are exactly the ones written here.
 //
 // Shared-memory tile convention (the "128-byte-swizzle K-major" layout): a [rows x 64*P] bf16 tile
 // is stored as P panels of 64 columns, panel p at byte p * rows * 128; within a panel row r sits at
@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "spgraph/kernels/sparse_mla/sparse_mla_device.cuh"
+#include "spgraph/kernels/sparse_mla/wgmma_desc.hpp"
 
 namespace spg::kernels::detail {
 
@@ -29,40 +30,6 @@ namespace spg::kernels::detail {
 __host__ __device__ constexpr std::uint32_t swz_offset(int row, int col, int rows) {
   return static_cast<std::uint32_t>((col >> 6) * rows * 128 + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) +
                                     (col & 7) * 2);
-}
-
-// ---- shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format" of wgmma):
-//   bits  0-13  start address >> 4
-//   bits 16-29  leading-dimension byte offset (LBO) >> 4
-//   bits 32-45  stride-dimension byte offset (SBO) >> 4
-//   bits 49-51  matrix base offset (0: every tile here starts 1024-byte aligned)
-//   bits 62-63  swizzle mode: 0 none, 1 128B, 2 64B, 3 32B
-inline constexpr std::uint64_t kSwizzle128B = 1;
-
-__device__ __forceinline__ std::uint64_t make_desc(std::uint32_t smem_addr_bytes, std::uint32_t lbo_bytes,
-                                                   std::uint32_t sbo_bytes) {
-  std::uint64_t d = 0;
-  d |= static_cast<std::uint64_t>((smem_addr_bytes >> 4) & 0x3FFFu);
-  d |= static_cast<std::uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  d |= static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  d |= kSwizzle128B << 62;
-  return d;
-}
-
-/// K-major operand (Q, K, P as A): 8-row core-matrix groups 1024 bytes apart (SBO); LBO is unused
-/// by the swizzled K-major form (one k16 step never leaves the 128-byte row) and set to 16 bytes.
-/// k16 step `ks` of a tile with `rows` rows per panel: panel ks / 4, +32 bytes per step inside it.
-__device__ __forceinline__ std::uint64_t desc_kmajor(std::uint32_t tile_addr, int ks, int rows) {
-  return make_desc(tile_addr + static_cast<std::uint32_t>((ks >> 2) * rows * 128 + (ks & 3) * 32), 16u, 1024u);
-}
-
-/// MN-major B operand (V = the K tile read transposed: MMA K = kv rows, MMA N = value columns).
-/// Canonical 128B MN-major form ((8 chunks of 8 elements, m atoms), (8 rows, k groups)):
-/// LBO = byte distance between 64-column atoms along N (= one panel: rows * 128), SBO = byte
-/// distance between 8-row groups along K (1024). k16 step `kk` starts 16 rows (2048 bytes) on.
-__device__ __forceinline__ std::uint64_t desc_mnmajor(std::uint32_t tile_addr, int kk, std::uint32_t lbo_bytes,
-                                                      std::uint32_t sbo_bytes) {
-  return make_desc(tile_addr + static_cast<std::uint32_t>(kk * 2048), lbo_bytes, sbo_bytes);
 }
 
 // ---- wgmma synchronization
