@@ -3,7 +3,7 @@
 # the automatic path's variant for the launch mode it was given and a decoy record of another
 # variant, and a table row carrying FlashMLA's figure. Checks that the summary takes each build's
 # records of the requested mode only, its medians over the rounds, vs_ref and the ratio, and that
-# a bad --launch is refused before anything runs.
+# --burst reaches bench, and a bad --launch is refused before anything runs.
 set -uo pipefail
 script="$(cd "$(dirname "$0")/.." && pwd)/scripts/attention_ab_bins.sh"
 work=$(mktemp -d)
@@ -16,13 +16,14 @@ fake() {
   cat >"$work/$1/bench" <<FAKE
 #!/usr/bin/env bash
 launch=oneshot
+burst=0
 while [[ \$# -gt 0 ]]; do
-  case \$1 in --launch) launch=\$2; shift 2 ;; --json) json=\$2; shift 2 ;; *) shift ;; esac
+  case \$1 in --launch) launch=\$2; shift 2 ;; --json) json=\$2; shift 2 ;; --burst) burst=100; shift ;; *) shift ;; esac
 done
 variant=spgraph
 [[ \$launch != oneshot ]] && variant="spgraph+\$launch"
 round=\${json##*_r}; round=\${round%.json}
-us=\$(python3 -c "print($2 + \$round)")
+us=\$(python3 -c "print($2 + \$round + \$burst)")
 cat >"\$json" <<JSON
 [{"suite": "attention", "name": "small-h64-k640/8192/sq64", "variant": "\$variant", "metric": "gpu_us", "value": \$us},
  {"suite": "attention", "name": "small-h64-k640/8192/sq64", "variant": "spgraph+decoy", "metric": "gpu_us", "value": 999}]
@@ -49,9 +50,14 @@ for mode in oneshot prepared chain gated; do
   [[ $ratio_b == 0.779 && $ratio_c == 0.948 ]] || fail "$mode: ratios '$ratio_b' '$ratio_c'"
 done
 
+# --burst reaches bench (the fake adds 100 µs to a burst figure)
+OUT="$work/out-burst" bash "$script" --rows sq64 --rounds 3 --burst base="$work/base" cand="$work/cand" >"$work/burst.log" 2>&1 ||
+  fail "--burst: exit $?"
+grep -qE "^small-h64-k640/8192/sq64 +base +128.0 " "$work/out-burst/ab_bins.txt" || fail "--burst: $(cat "$work/out-burst/ab_bins.txt")"
+
 OUT="$work/out-bad" bash "$script" --rows sq64 --launch bogus base="$work/base" cand="$work/cand" >"$work/bad.log" 2>&1
 rc=$?
 [[ $rc -eq 2 ]] || fail "--launch bogus: exit $rc, expected 2"
 grep -q "oneshot, prepared, chain or gated" "$work/bad.log" || fail "--launch bogus: no message naming the modes"
 [[ ! -e $work/out-bad ]] || fail "--launch bogus: wrote $work/out-bad before refusing"
-echo "attention_ab_bins_test: passed (4 launch modes, a bad mode refused)"
+echo "attention_ab_bins_test: passed (4 launch modes, --burst, a bad mode refused)"
