@@ -24,24 +24,26 @@ constexpr std::uint32_t kSharedBytes = 232448;  // 227 KiB, the most a CTA can t
 }  // namespace
 
 TEST_CASE("wgmma descriptors: a tile's low word plus the step equals the step's descriptor", "[sparse_mla]") {
+  // The steps' offsets come from the tile layout (swz_offset), not from the descriptors' own
+  // arithmetic: a K-major k16 step ks starts at column 16 ks of row 0, an MN-major (V) step kk at
+  // row 16 kk of column 0. Every K-major tile of the kernel has 64 rows a panel; V's 64-column
+  // atoms are one panel apart.
+  constexpr int kRows = 64;
+  constexpr std::uint32_t kVLbo = kRows * 128;
   std::int64_t checked = 0;
   std::int64_t wrong = 0;
   for (std::uint32_t tile = 0; tile < kSharedBytes; tile += 1024) {
-    for (const int rows : {64}) {  // every K-major tile of the kernel has 64 rows a panel
-      for (int ks = 0; ks < 36; ++ks) {  // d_qk 576: 36 k16 steps
-        const std::uint32_t off = static_cast<std::uint32_t>((ks >> 2) * rows * 128 + (ks & 3) * 32);
-        if (tile + off >= kSharedBytes) continue;
-        ++checked;
-        wrong += d::desc_kmajor(tile, ks, rows) != format_desc(tile + off, 16, 1024);
-      }
+    for (int ks = 0; ks < 36; ++ks) {  // d_qk 576: 36 k16 steps
+      const std::uint32_t off = d::swz_offset(0, 16 * ks, kRows);
+      if (tile + off >= kSharedBytes) continue;
+      ++checked;
+      wrong += d::desc_kmajor(tile, ks, kRows) != format_desc(tile + off, 16, 1024);
     }
-    for (const std::uint32_t lbo : {64u * 128u}) {  // V read MN-major: the next 64 columns one panel on
-      for (int kk = 0; kk < 4; ++kk) {
-        const std::uint32_t off = static_cast<std::uint32_t>(kk * 2048);
-        if (tile + off >= kSharedBytes) continue;
-        ++checked;
-        wrong += d::desc_mnmajor(tile, kk, lbo, 1024) != format_desc(tile + off, lbo, 1024);
-      }
+    for (int kk = 0; kk < 4; ++kk) {
+      const std::uint32_t off = d::swz_offset(16 * kk, 0, kRows);
+      if (tile + off >= kSharedBytes) continue;
+      ++checked;
+      wrong += d::desc_mnmajor(tile, kk, kVLbo, 1024) != format_desc(tile + off, kVLbo, 1024);
     }
   }
   INFO(checked << " descriptors checked, " << wrong << " wrong");

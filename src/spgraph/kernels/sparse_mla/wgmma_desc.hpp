@@ -1,6 +1,6 @@
-// The shared-memory matrix descriptors of the wgmma sparse MLA kernel (wgmma_sm90.cuh): integer
-// arithmetic only, host and device, so tests/cpu/test_wgmma_desc.cpp checks every descriptor the
-// kernel forms against the format on the CPU.
+// The shared-memory tile layout and matrix descriptors of the wgmma sparse MLA kernel
+// (wgmma_sm90.cuh): integer arithmetic only, host and device, so tests/cpu/test_wgmma_desc.cpp
+// checks every descriptor the kernel forms against the format and the layout on the CPU.
 //
 // Descriptor format (PTX ISA, "Matrix Descriptor Format" of wgmma):
 //   bits  0-13  start address >> 4
@@ -15,6 +15,13 @@
 #include <cstdint>
 
 namespace spg::kernels::detail {
+
+/// Byte offset of element (row, col) of a 128B-swizzled K-major tile with `rows` rows per panel
+/// (the layout wgmma_sm90.cuh describes).
+__host__ __device__ constexpr std::uint32_t swz_offset(int row, int col, int rows) {
+  return static_cast<std::uint32_t>((col >> 6) * rows * 128 + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) +
+                                    (col & 7) * 2);
+}
 
 inline constexpr std::uint32_t kSwizzle128B = 1;
 

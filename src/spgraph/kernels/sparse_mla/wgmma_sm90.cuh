@@ -1,8 +1,8 @@
 // Hopper (sm_90a) device helpers of the wgmma sparse MLA kernel (sparse_mla_wgmma_kernel.cuh):
 // the three wgmma shapes the kernel issues, wgmma and proxy fences, mbarriers with a bounded
 // wait, named-barrier arrival, register reallocation between warpgroups, cp.async with an L2
-// prefetch hint, TMA stores and L2 policies, and the accumulator fragment layouts (the
-// shared-memory matrix descriptors are in wgmma_desc.hpp). Raw PTX, so the encodings
+// prefetch hint, TMA stores and L2 policies, and the accumulator fragment layouts (the tile
+// layout's offsets and the shared-memory matrix descriptors are in wgmma_desc.hpp). Raw PTX, so the encodings
 // tests/gpu/test_sparse_mla_wgmma_tiles.cu checks are exactly the ones written here.
 //
 // Shared-memory tile convention (the "128-byte-swizzle K-major" layout): a [rows x 64*P] bf16 tile
@@ -25,12 +25,6 @@
 #include "spgraph/kernels/sparse_mla/wgmma_desc.hpp"
 
 namespace spg::kernels::detail {
-
-/// Byte offset of element (row, col) of a 128B-swizzled K-major tile with `rows` rows per panel.
-__host__ __device__ constexpr std::uint32_t swz_offset(int row, int col, int rows) {
-  return static_cast<std::uint32_t>((col >> 6) * rows * 128 + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) +
-                                    (col & 7) * 2);
-}
 
 // ---- wgmma synchronization
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
