@@ -5,6 +5,7 @@
 #include <chrono>
 #include <initializer_list>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -410,6 +411,65 @@ void run_relaunch_probe(Reporter& rep) {
   const graphs::GraphExec other = graphs::GraphExec::instantiate(ex.record_step_graph(0, 0).graph, ex.stream());
   cudaStream_t stream = ex.stream();
   using Clock = std::chrono::steady_clock;
+  // Launched from the device: the same graphs instantiated for device launch, each started by a
+  // one-node graph whose kernel tail-launches it, so the host launches one kernel node whatever
+  // the program (the route issue 18 names; cudaGraphLaunch of the real graphs grows with the
+  // work of their last run on some hosts). A graph the driver refuses for device launch is
+  // reported as such, not timed.
+  core::DeviceBuffer launch_status(sizeof(int));
+  auto device_exec = [&](const graphs::Graph& g, const std::string& what) -> std::unique_ptr<graphs::GraphExec> {
+    try {
+      return std::make_unique<graphs::GraphExec>(
+          graphs::GraphExec::instantiate(g, stream, cudaGraphInstantiateFlagDeviceLaunch));
+    } catch (const CudaError& e) {
+      (void)cudaGetLastError();
+      std::printf("  %-48s not device-launchable: %s\n", what.c_str(), e.what());
+      rep.add({"executor", "launch-probe/device-launch/" + what, "graph", "device_launchable", 0.0});
+      return nullptr;
+    }
+  };
+  const std::unique_ptr<graphs::GraphExec> dev_step = device_exec(ex.record_step_graph(0, 0).graph, "8-layer step graph");
+  const std::unique_ptr<graphs::GraphExec> dev_step_launcher =
+      dev_step ? std::make_unique<graphs::GraphExec>(
+                     make_tail_launcher(dev_step->get(), static_cast<int*>(launch_status.data()), stream))
+               : nullptr;
+  core::Event ev_a;
+  core::Event ev_b;
+  // Host µs of `launch` after a synchronization and queued right behind a launch of the same,
+  // and the GPU µs of one launch (events around it); each launch's device-side status checked
+  // where `checked`.
+  auto time_launches = [&](const std::string& row, const std::function<cudaError_t()>& launch, bool checked) {
+    std::vector<double> after_sync, queued, gpu;
+    for (int i = 0; i < 25; ++i) {
+      if (checked) SPG_CUDA_TRY(cudaMemsetAsync(launch_status.data(), 0xFF, sizeof(int), stream));
+      SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+      Clock::time_point t0 = Clock::now();
+      SPG_CUDA_TRY(launch());
+      Clock::time_point t1 = Clock::now();
+      SPG_CUDA_TRY(launch());
+      Clock::time_point t2 = Clock::now();
+      SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+      if (checked) {
+        int st = -1;
+        SPG_CUDA_TRY(cudaMemcpy(&st, launch_status.data(), sizeof(int), cudaMemcpyDeviceToHost));
+        SPG_EXPECTS_AS(StateError, st == 0, "bench: the device-side launch of " << row << " returned " << st);
+      }
+      ev_a.record(stream);
+      SPG_CUDA_TRY(launch());
+      ev_b.record(stream);
+      ev_b.synchronize();
+      if (i < 5) continue;
+      after_sync.push_back(us_between(t0, t1));
+      queued.push_back(us_between(t1, t2));
+      gpu.push_back(1000.0 * ev_b.elapsed_ms_since(ev_a));
+    }
+    add_metrics(rep, row, "graph",
+                {{"host_launch_us_after_sync", median(after_sync)},
+                 {"host_launch_us_queued", median(queued)},
+                 {"gpu_us_idle", median(gpu)}});
+    std::printf("  %-64s cudaGraphLaunch after a sync %.2f us, queued %.2f us; GPU %.1f us\n", row.c_str(),
+                median(after_sync), median(queued), median(gpu));
+  };
   for (const int chunks : {1, 4, 16}) {
     BenchStep step;
     (void)stage_in_both_blocks(ex, config, chunks, step);
@@ -457,6 +517,26 @@ void run_relaunch_probe(Reporter& rep) {
     std::printf("  %-48s cudaGraphLaunch after a sync %.2f us; cudaGraphUpload %.2f then launch %.2f us; after a sync and 2 ms "
                 "%.2f us; another exec queued behind it %.2f us\n",
                 row.c_str(), median(idle), median(upload), median(after_upload), median(after_sleep), median(other_after));
+    const std::string size = std::to_string(chunks) + " chunks";
+    time_launches("launch-probe/device-launch/8-layer step graph, " + size + ", host-launched",
+                  [&] { return exec.launch(stream); }, false);
+    if (dev_step_launcher) {
+      time_launches("launch-probe/device-launch/8-layer step graph, " + size + ", device-launched",
+                    [&] { return dev_step_launcher->launch(stream); }, true);
+    }
+    if (chunks > 1) {  // the flat graph of `chunks` all-full chunks, ~40 kernel nodes a chunk
+      const graphs::Graph flat = ex.record_flat_step_graph(0, chunks, 0);
+      const graphs::GraphExec host_flat = graphs::GraphExec::instantiate(flat, stream);
+      time_launches("launch-probe/device-launch/8-layer flat graph, " + size + ", host-launched",
+                    [&] { return host_flat.launch(stream); }, false);
+      const std::unique_ptr<graphs::GraphExec> dev_flat = device_exec(flat, "8-layer flat graph, " + size);
+      if (dev_flat) {
+        const graphs::GraphExec launcher =
+            make_tail_launcher(dev_flat->get(), static_cast<int*>(launch_status.data()), stream);
+        time_launches("launch-probe/device-launch/8-layer flat graph, " + size + ", device-launched",
+                      [&] { return launcher.launch(stream); }, true);
+      }
+    }
   }
   SPG_EXPECTS_AS(StateError, ex.read_run_faults().total() == 0, "bench: the relaunch probe's steps faulted");
 }

@@ -91,6 +91,11 @@ cudaError_t launch_distinct(int k, cudaStream_t stream, std::integer_sequence<in
 
 __global__ void tail_launch_probe_kernel(cudaGraphExec_t exec) { (void)cudaGraphLaunch(exec, cudaStreamGraphTailLaunch); }
 
+/// Tail-launches `exec` and writes the device-side launch's status to *status.
+__global__ void tail_launch_checked_kernel(cudaGraphExec_t exec, int* status) {
+  *status = static_cast<int>(cudaGraphLaunch(exec, cudaStreamGraphTailLaunch));
+}
+
 /// A graph of `kernels` empty kernels captured on `stream`.
 graphs::Graph capture_empty_kernels(cudaStream_t stream, int kernels) {
   graphs::CaptureGuard guard(stream);
@@ -269,6 +274,13 @@ void run_cupti_probe(Reporter& rep, cudaStream_t stream) {
 }  // namespace
 
 // ---- the load probe: the same graphs launched on an idle device and with the device behind ----
+
+graphs::GraphExec make_tail_launcher(cudaGraphExec_t device_exec, int* status, cudaStream_t stream) {
+  graphs::CaptureGuard guard(stream);
+  tail_launch_checked_kernel<<<1, 1, 0, stream>>>(device_exec, status);
+  SPG_CUDA_TRY(cudaGetLastError());
+  return graphs::GraphExec::instantiate(guard.finish(), stream);
+}
 
 LaunchLoad measure_launch_load(const std::function<cudaError_t(int)>& launch, cudaStream_t stream, int execs) {
   LaunchLoad out;

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "samples/bench/report.hpp"
+#include "spgraph/graphs/graph.hpp"
 
 namespace spg::bench {
 
@@ -38,6 +39,11 @@ struct LaunchLoad {
 };
 /// Times `launch(i)` (i cycles over [0, execs)) idle, then busy, on `stream`. @throws CudaError.
 LaunchLoad measure_launch_load(const std::function<cudaError_t(int)>& launch, cudaStream_t stream, int execs);
+
+/// A one-node graph whose kernel tail-launches `device_exec` (instantiated with
+/// cudaGraphInstantiateFlagDeviceLaunch and uploaded) and writes the device-side cudaGraphLaunch's
+/// status (0: cudaSuccess) to the device int `status`. @throws CudaError.
+graphs::GraphExec make_tail_launcher(cudaGraphExec_t device_exec, int* status, cudaStream_t stream);
 
 /// Launches a kernel that reads `rows` rows of 576 bytes from `src` and writes `rows` rows of 1024
 /// bytes to `dst`: the gather's read/write mix with no indirection and no conversion.
