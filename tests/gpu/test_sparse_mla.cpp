@@ -23,6 +23,7 @@
 #include "gpu/late_writer.hpp"
 #include "gpu/sparse_mla_test_util.hpp"
 #include "spgraph/kernels/sparse_mla/split_cost.hpp"
+#include "spgraph/kernels/sparse_mla/wgmma_desc.hpp"
 
 namespace {
 
@@ -1053,4 +1054,21 @@ TEST_CASE("sparse_mla: wgmma tiles (Q K^T, P V with P from registers and from sh
     }
   check(got.o_rs, o_ref, 512, 5e-3, 1e-3, "pv-rs (m64n256k16, P from registers, V MN-major)");
   check(got.o_ss, o_ref, 512, 5e-3, 1e-3, "pv-ss (m64n256k16, P from a shared panel, V MN-major)");
+  // The P panel both ways (the attention kernel stores P from the product's A fragments where no
+  // factor applies): each element bf16(S[r][c]) at the swizzled K-major offset of (r, c).
+  REQUIRE(got.panel_acc.size() == 2048);
+  REQUIRE(got.panel_frag.size() == 2048);
+  std::vector<std::uint16_t> want(64 * 64);
+  for (int r = 0; r < 64; ++r)
+    for (int c = 0; c < 64; ++c)
+      want[k::detail::swz_offset(r, c, 64) / 2] = f32_to_bf16(got.s[static_cast<std::size_t>(r) * 64 + c]);
+  int acc_wrong = 0;
+  int frag_wrong = 0;
+  for (int i = 0; i < 2048; ++i) {
+    const std::uint32_t w = want[2 * i] | (static_cast<std::uint32_t>(want[2 * i + 1]) << 16);
+    acc_wrong += got.panel_acc[static_cast<std::size_t>(i)] != w;
+    frag_wrong += got.panel_frag[static_cast<std::size_t>(i)] != w;
+  }
+  CHECK(acc_wrong == 0);
+  CHECK(frag_wrong == 0);
 }

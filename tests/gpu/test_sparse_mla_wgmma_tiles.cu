@@ -5,6 +5,8 @@
 //   pv-rs  O = bf16(S) V, m64n256k16, A from registers (the S accumulator as A fragments), V = the
 //          K tile read MN-major, both 256-column halves
 //   pv-ss  the same with bf16(S) stored to a swizzled shared panel and read by descriptor
+//   panels the P panel as store_acc_panel writes it from S and as store_a_frags_panel writes it
+//          from the A fragments (the attention kernel's two ways to store P), both returned
 // A wrong descriptor field or fragment mapping fails here on a single tile, where the attention
 // tests would only show a wrong result.
 #include <cuda_runtime.h>
@@ -21,7 +23,7 @@ namespace {
 
 namespace d = spg::kernels::detail;
 
-constexpr int kTileSmem = 64 * 1024 + 64 * 1024 + 8192 + 1024;  // Q, K, P panel, alignment slack
+constexpr int kTileSmem = 64 * 1024 + 64 * 1024 + 2 * 8192 + 1024;  // Q, K, two P panels, alignment slack
 
 /// Loads a [64 x 512] bf16 row-major tile into the swizzled K-major layout (8 panels of 64 columns).
 __device__ void load_tile_swizzled(unsigned char* dst, const __nv_bfloat16* src, int x) {
@@ -35,12 +37,14 @@ __device__ void load_tile_swizzled(unsigned char* dst, const __nv_bfloat16* src,
 }
 
 __global__ void __launch_bounds__(128, 1) wgmma_tile_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                                            float* s_out, float* o_rs, float* o_ss) {
+                                                            float* s_out, float* o_rs, float* o_ss,
+                                                            std::uint32_t* panel_acc, std::uint32_t* panel_frag) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = smem_raw + ((1024u - (d::smem_addr(smem_raw) & 1023u)) & 1023u);
   unsigned char* sq = sm;
   unsigned char* sk = sm + 65536;
   unsigned char* sp = sm + 131072;
+  unsigned char* sp2 = sm + 131072 + 8192;
   const int x = static_cast<int>(threadIdx.x);
   load_tile_swizzled(sq, q, x);
   load_tile_swizzled(sk, k, x);
@@ -85,8 +89,13 @@ __global__ void __launch_bounds__(128, 1) wgmma_tile_kernel(const __nv_bfloat16*
   }
 
   d::store_acc_panel(sp, s, x, 1.0f, 1.0f);
+  d::store_a_frags_panel(sp2, a, x);
   d::fence_proxy_async();
   __syncthreads();
+  for (int i = x; i < 2048; i += 128) {
+    panel_acc[i] = reinterpret_cast<const std::uint32_t*>(sp)[i];
+    panel_frag[i] = reinterpret_cast<const std::uint32_t*>(sp2)[i];
+  }
   for (int half = 0; half < 2; ++half) {
     const std::uint32_t va = ka + static_cast<std::uint32_t>(half * 4 * 8192);
     d::wgmma_fence();
@@ -110,16 +119,20 @@ WgmmaTileOutputs run_wgmma_tiles(const std::vector<std::uint16_t>& q, const std:
   DeviceArray<float> ds(64 * 64);
   DeviceArray<float> drs(64 * 512);
   DeviceArray<float> dss(64 * 512);
+  DeviceArray<std::uint32_t> dpa(2048);
+  DeviceArray<std::uint32_t> dpf(2048);
   ds.poison();
   drs.poison();
   dss.poison();
+  dpa.poison();
+  dpf.poison();
   SPG_CUDA_TRY(cudaFuncSetAttribute(wgmma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileSmem));
   wgmma_tile_kernel<<<1, 128, kTileSmem>>>(reinterpret_cast<const __nv_bfloat16*>(dq.data()),
                                            reinterpret_cast<const __nv_bfloat16*>(dk.data()), ds.data(), drs.data(),
-                                           dss.data());
+                                           dss.data(), dpa.data(), dpf.data());
   SPG_CUDA_TRY(cudaGetLastError());
   SPG_CUDA_TRY(cudaDeviceSynchronize());
-  return {ds.download(), drs.download(), dss.download()};
+  return {ds.download(), drs.download(), dss.download(), dpa.download(), dpf.download()};
 }
 
 }  // namespace spg::test::mla

@@ -7,7 +7,8 @@
 //       mbarriers of their own (left half, first kv block's left half, right half, ...: the order
 //       the consumers' first k-steps need them), and gathers the slice's kv rows 64 at a time
 //       with 16-byte cp.async into two swizzled [64 x D] buffers K0 / K1 (masked rows
-//       zero-filled and never read; a 0 / -inf bias per row goes to shared memory).
+//       zero-filled and never read; a 0 / -inf bias per row goes to shared memory, and per
+//       producer warp a byte saying whether any of its 16 rows of the block is masked).
 //       Each buffer is split into a left half (panels 0-3: value columns 0-255) and a right half
 //       (panels 4.., the value columns 256-511 plus, at d_qk 576, the 64 rope columns), each with
 //       a full mbarrier and two empty ones, for its kv rows 0-31 and 32-63: the half's last
@@ -29,6 +30,9 @@
 //   The running max is a lazy reference (kWgmmaRescaleThreshold): it moves only when a block's
 //   max passes it by more than 8 log2 units, and a warp none of whose rows moved skips its O
 //   rescale; the true max, kept apart, is what max_logits reports.
+//   A block with no masked row (and a positive scale) takes the softmax's short form: the scale
+//   goes into the exponent's FMA, no bias is read. A P panel whose rows need no factor is stored
+//   from the P V product's A fragments, packed once (issue 15 round 14).
 //   Row sums stay per warpgroup (each only sums its own block's P) and are added in the epilogue,
 //   which writes bf16 out (single pass) or the slice's unnormalized fp32 O and (m, l) for the
 //   merge kernel (split).
@@ -107,6 +111,9 @@ struct WgmmaSmem {
   // full[2][2], empty[2][2] (rows 0-31 of each half), Q left / right, empty_hi[2][2] (rows
   // 32-63): 14 mbarriers, 112 bytes
   static constexpr int kOffBar = kOffMisc + 1536;
+  // u8 [2][4]: per kv buffer, one byte per producer warp (its 16 rows of the block), nonzero when
+  // any of those rows is masked; the consumers' softmax takes its short form on a block with none.
+  static constexpr int kOffMaskAny = kOffBar + 112;
   static constexpr int kBytes = kOffBar + 128;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
   static_assert(kAlloc <= 232448, "shared memory plan exceeds 227 KiB");
@@ -202,6 +209,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   const int head0 = it.head0;
   const int n_pairs = it.n_pairs;
   float* mask_s = reinterpret_cast<float*>(sm + L::kOffMask);
+  unsigned char* mask_any_s = sm + L::kOffMaskAny;
 
   if (wg == 2) {
     // ------------------------------------------------------------------ producer
@@ -268,9 +276,16 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         const int hh = ((step + 1) >> 1) & 1;
         mbar_wait(empty_bar(bb, hh), parity);
         // (the mask of buffer bb was read by the warpgroup whose release passed the wait)
-        if (step < 2 && c8 == 0) {
+        if (step < 2) {
+          if (c8 == 0) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
+            for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
+          }
+          // Lane 0 (a mask writer, so the same ordering before the fill's arrival) writes its
+          // warp's byte: whether any of the warp's 16 rows of this block is masked.
+          const bool masked = rows[bb][0] < 0 || rows[bb][1] < 0 || rows[bb][2] < 0 || rows[bb][3] < 0;
+          const unsigned any = __ballot_sync(0xffffffffu, masked);
+          if ((x & 31) == 0) mask_any_s[bb * 4 + (x >> 5)] = any != 0u ? 1u : 0u;
         }
         const std::uint32_t buf = sb + (bb ? L::kOffK1 : L::kOffK0);
         const int pn0 = hh ? 4 : 0;
@@ -343,10 +358,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     return cand - ref <= kWgmmaRescaleThreshold ? ref : cand;
   };
   // O *= the rows' factors; a warp whose factors are all exactly 1 skips it.
-  auto rescale_o = [&](const float (&f)[2]) {
-    if (__all_sync(0xffffffffu, f[0] == 1.0f && f[1] == 1.0f)) return;
+  auto rescale_o_by = [&](const float (&f)[2]) {
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
+  };
+  auto rescale_o = [&](const float (&f)[2]) {
+    if (__all_sync(0xffffffffu, f[0] == 1.0f && f[1] == 1.0f)) return;
+    rescale_o_by(f);
   };
 
   // S (+)= Q K^T over k16 steps [ks0, ks1) of buffer `ka`
@@ -358,11 +376,28 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     for (int ks = ks0; ks < ks1; ++ks)
       wgmma_m64n64k16_ss(s, desc_kmajor(qa, ks, 64), desc_kmajor(ka, ks, 64), (clear && ks == ks0) ? 0 : 1);
   };
-  // s = s * scale_log2 + mask bias (per kv column); returns the quad-reduced row maxima.
-  auto scale_mask_max = [&](int buf, float (&mx)[2]) {
-    const float* mk = mask_s + buf * 64 + 2 * t;
+  // s = s * scale_log2 + mask bias (per kv column); returns the quad-reduced row maxima (of the
+  // scaled s). On a block with no masked row and a positive scale, the short form: s stays as
+  // the product, the maxima are the product's times the scale (equal, as rounding is monotonic),
+  // and the exponent takes the scale in its one FMA (softmax_update's `folded`); returns whether
+  // it took that form.
+  auto scale_mask_max = [&](int buf, float (&mx)[2]) -> bool {
     mx[0] = -CUDART_INF_F;
     mx[1] = -CUDART_INF_F;
+    if (p.scale_log2 > 0.0f && *reinterpret_cast<const std::uint32_t*>(mask_any_s + buf * 4) == 0u) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        mx[h] *= p.scale_log2;
+      }
+      return true;
+    }
+    const float* mk = mask_s + buf * 64 + 2 * t;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       const float2 b = *reinterpret_cast<const float2*>(mk + 8 * n);
@@ -378,18 +413,29 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
     }
+    return false;
   };
-  // P = exp2(s - m_new) in place; O and l rescaled by exp2(m_run - m_new); m_run = m_new.
-  auto softmax_update = [&](const float (&m_new)[2]) {
+  // P = exp2(s - m_new) in place (exp2(s * scale_log2 - m_new) where `folded`); O and l rescaled
+  // by exp2(m_run - m_new); m_run = m_new.
+  auto softmax_update = [&](const float (&m_new)[2], bool folded) {
     float alpha[2];
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) alpha[h] = fast_exp2(m_run[h] - m_new[h]);
+    if (folded) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int h = (i >> 1) & 1;
-      s[i] = fast_exp2(s[i] - m_new[h]);
-      sum[h] += s[i];
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i >> 1) & 1;
+        s[i] = fast_exp2(fmaf(s[i], p.scale_log2, -m_new[h]));
+        sum[h] += s[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i >> 1) & 1;
+        s[i] = fast_exp2(s[i] - m_new[h]);
+        sum[h] += s[i];
+      }
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -400,8 +446,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   };
   // A P V product over kv rows 0-63 (k-steps kk = 0..3, rows 16 kk ..) as two wgmma groups, rows
   // 0-31 then 32-63, so that the first part of the half can be released before the second.
-  auto pv_rs = [&](std::uint32_t va) {
-    std::uint32_t a[4][4];
+  // `a` receives P as the A fragments (what the P panel stores too: store_a_frags_panel).
+  auto pv_rs = [&](std::uint32_t va, std::uint32_t (&a)[4][4]) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) acc_to_a_frag(s, kk, a[kk]);
     // Pin every register write (A fragments, rescaled O) before the fence, so none is scheduled
@@ -450,20 +496,21 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     for (int pair = 0; pair < n_pairs; ++pair) {
       const std::uint32_t ph = static_cast<std::uint32_t>(pair & 1);
       float mx[2];
-      scale_mask_max(0, mx);
+      const bool folded = scale_mask_max(0, mx);
       float m_new[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         m_new[h] = next_ref(m_run[h], mx[h]);
         m_true[h] = fmaxf(m_true[h], mx[h]);
       }
-      softmax_update(m_new);
+      softmax_update(m_new, folded);
       if (t == 0) {
         m0_s[r0] = m_new[0];
         m0_s[r0 + 8] = m_new[1];
       }
       named_barrier_arrive(kWgBarM0, 256);
-      pv_rs(k0a);  // O += P0 V0[:, 0:256]
+      std::uint32_t pa[4][4];
+      pv_rs(k0a, pa);  // O += P0 V0[:, 0:256]
       wgmma_wait<1>();
       mbar_arrive(empty_bar(0, 0));  // rows 0-31 of K0's left half
       wgmma_wait<0>();
@@ -478,7 +525,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         m_run[h] = m1;
         l_run[h] *= f[h];
       }
-      store_acc_panel(sm + L::kOffS0, s, x, f[0], f[1]);  // P0 relative to m1, for WG1
+      // P0 relative to m1, for WG1. With the lazy reference m1 is nearly always m0, so a warp
+      // whose factors are all exactly 1 stores P0 as it is (the same bits) and skips O's rescale.
+      const bool f_ones = __all_sync(0xffffffffu, f[0] == 1.0f && f[1] == 1.0f);
+      if (f_ones) {
+        store_a_frags_panel(sm + L::kOffS0, pa, x);
+      } else {
+        store_acc_panel(sm + L::kOffS0, s, x, f[0], f[1]);
+      }
       fence_proxy_async();
       // d_qk 576: P0 sits in K0's rope panel; this thread's store (and its Q K0^T reads of the
       // half, complete at the wait above) come before the producer's next fill of the half.
@@ -487,7 +541,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         mbar_arrive(empty_hi_bar(0, 1));  // P0 spans all 64 rows of the rope panel
       }
       named_barrier_arrive(kWgBarS0, 256);
-      rescale_o(f);
+      if (!f_ones) rescale_o_by(f);
       named_barrier(kWgBarS1, 256);
       mbar_wait(full_bar(1, 0), ph);
       fence_proxy_async();
@@ -535,7 +589,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       wgmma_wait<0>();
       reg_fence(s);
       float mx[2];
-      scale_mask_max(1, mx);
+      const bool folded = scale_mask_max(1, mx);
       named_barrier(kWgBarM0, 256);
       float m_new[2];
 #pragma unroll
@@ -544,14 +598,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         m_new[h] = next_ref(m0, mx[h]);
         m_true[h] = fmaxf(m_true[h], mx[h]);
       }
-      softmax_update(m_new);
+      softmax_update(m_new, folded);
       if (t == 0) {
         m1_s[r0] = m_new[0];
         m1_s[r0 + 8] = m_new[1];
       }
       named_barrier_arrive(kWgBarM1, 256);
-      pv_rs(k1a + 4 * 8192);  // O += P1 V1[:, 256:512]
-      store_acc_panel(sm + L::kOffS1, s, x, 1.0f, 1.0f);
+      std::uint32_t pa[4][4];
+      pv_rs(k1a + 4 * 8192, pa);  // O += P1 V1[:, 256:512]
+      store_a_frags_panel(sm + L::kOffS1, pa, x);  // P1 as packed for the product (the same bits)
       // P0 V0 is issued before P1 is announced, so it queues on the tensor cores ahead of WG0's
       // P1 V1 and K0's right half (the next Q K0^T's) is released sooner. The fence covers both
       // the P1 panel (for WG0's product) and K0's right half (for this one).

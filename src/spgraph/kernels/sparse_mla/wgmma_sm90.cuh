@@ -246,6 +246,23 @@ __device__ __forceinline__ void acc_to_a_frag(const float (&s)[32], int kk, std:
   a[3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
 }
 
+/// Stores a 64 x 64 accumulator already packed as the four k-steps' A fragments (acc_to_a_frag)
+/// into the panel layout of store_acc_panel: the same bits as store_acc_panel(panel, s, x, 1, 1)
+/// of the accumulator the fragments were packed from, with no conversion. Chunk n of row
+/// r0 + 8 h holds elements 4n + 2h, 4n + 2h + 1, which are a[n / 2][2 (n % 2) + h].
+__device__ __forceinline__ void store_a_frags_panel(unsigned char* panel, const std::uint32_t (&a)[4][4], int x) {
+  const int r0 = 16 * (x >> 5) + ((x & 31) >> 2);
+  const int t = x & 3;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      *reinterpret_cast<std::uint32_t*>(panel + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = a[n >> 1][2 * (n & 1) + h];
+    }
+  }
+}
+
 /// Stores a 64 x 64 fp32 accumulator, times per-row factors (f0 for rows g, f1 for rows g + 8),
 /// as bf16 into a 128B-swizzled K-major panel at `panel` (8 KiB): row r at r * 128, 16-byte chunk
 /// c at c ^ (r % 8). A warp's 4-byte stores for one chunk hit 32 distinct banks.
