@@ -246,11 +246,11 @@ __device__ __forceinline__ void acc_to_a_frag(const float (&s)[32], int kk, std:
   a[3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
 }
 
-/// Stores a 64 x 64 accumulator already packed as the four k-steps' A fragments (acc_to_a_frag)
-/// into the panel layout of store_acc_panel: the same bits as store_acc_panel(panel, s, x, 1, 1)
-/// of the accumulator the fragments were packed from, with no conversion. Chunk n of row
-/// r0 + 8 h holds elements 4n + 2h, 4n + 2h + 1, which are a[n / 2][2 (n % 2) + h].
-__device__ __forceinline__ void store_a_frags_panel(unsigned char* panel, const std::uint32_t (&a)[4][4], int x) {
+/// Stores a thread's 16 words of a 64 x 64 bf16 P panel (128B-swizzled K-major, 8 KiB at `panel`:
+/// row r at r * 128, 16-byte chunk c at c ^ (r % 8)); w[n][h] packs the thread's accumulator
+/// elements 4n + 2h, 4n + 2h + 1 (row g + 8h of its warp's 16, columns 8n + 2t ..); x: the thread
+/// in its warpgroup. A warp's words for one (n, h) hit 32 distinct banks.
+__device__ __forceinline__ void store_panel_words(unsigned char* panel, const std::uint32_t (&w)[8][2], int x) {
   const int r0 = 16 * (x >> 5) + ((x & 31) >> 2);
   const int t = x & 3;
 #pragma unroll
@@ -258,27 +258,35 @@ __device__ __forceinline__ void store_a_frags_panel(unsigned char* panel, const 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
-      *reinterpret_cast<std::uint32_t*>(panel + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = a[n >> 1][2 * (n & 1) + h];
+      *reinterpret_cast<std::uint32_t*>(panel + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = w[n][h];
     }
   }
 }
 
 /// Stores a 64 x 64 fp32 accumulator, times per-row factors (f0 for rows g, f1 for rows g + 8),
-/// as bf16 into a 128B-swizzled K-major panel at `panel` (8 KiB): row r at r * 128, 16-byte chunk
-/// c at c ^ (r % 8). A warp's 4-byte stores for one chunk hit 32 distinct banks.
+/// as bf16 into a P panel (store_panel_words' layout).
 __device__ __forceinline__ void store_acc_panel(unsigned char* panel, const float (&s)[32], int x, float f0, float f1) {
-  const int r0 = 16 * (x >> 5) + ((x & 31) >> 2);
-  const int t = x & 3;
+  std::uint32_t w[8][2];
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      const float f = h ? f1 : f0;
-      *reinterpret_cast<std::uint32_t*>(panel + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) =
-          pack_bf16(s[4 * n + 2 * h] * f, s[4 * n + 2 * h + 1] * f);
-    }
+    w[n][0] = pack_bf16(s[4 * n] * f0, s[4 * n + 1] * f0);
+    w[n][1] = pack_bf16(s[4 * n + 2] * f1, s[4 * n + 3] * f1);
   }
+  store_panel_words(panel, w, x);
+}
+
+/// Stores a 64 x 64 accumulator already packed as the four k-steps' A fragments (acc_to_a_frag)
+/// into a P panel: the same bits as store_acc_panel(panel, s, x, 1, 1) of the accumulator the
+/// fragments were packed from, with no conversion. Elements 4n + 2h, 4n + 2h + 1 are
+/// a[n / 2][2 (n % 2) + h].
+__device__ __forceinline__ void store_a_frags_panel(unsigned char* panel, const std::uint32_t (&a)[4][4], int x) {
+  std::uint32_t w[8][2];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    w[n][0] = a[n >> 1][2 * (n & 1)];
+    w[n][1] = a[n >> 1][2 * (n & 1) + 1];
+  }
+  store_panel_words(panel, w, x);
 }
 
 }  // namespace spg::kernels::detail
