@@ -454,14 +454,11 @@ void run_relaunch_probe(Reporter& rep) {
         SPG_CUDA_TRY(cudaMemcpy(&st, launch_status.data(), sizeof(int), cudaMemcpyDeviceToHost));
         SPG_EXPECTS_AS(StateError, st == 0, "bench: the device-side launch of " << row << " returned " << st);
       }
-      ev_a.record(stream);
-      SPG_CUDA_TRY(launch());
-      ev_b.record(stream);
-      ev_b.synchronize();
+      const double g = gpu_us(ex, ev_a, ev_b, [&] { SPG_CUDA_TRY(launch()); });
       if (i < 5) continue;
       after_sync.push_back(us_between(t0, t1));
       queued.push_back(us_between(t1, t2));
-      gpu.push_back(1000.0 * ev_b.elapsed_ms_since(ev_a));
+      gpu.push_back(g);
     }
     add_metrics(rep, row, "graph",
                 {{"host_launch_us_after_sync", median(after_sync)},

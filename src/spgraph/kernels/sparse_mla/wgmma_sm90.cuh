@@ -246,20 +246,18 @@ __device__ __forceinline__ void acc_to_a_frag(const float (&s)[32], int kk, std:
   a[3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
 }
 
-/// Stores a thread's 16 words of a 64 x 64 bf16 P panel (128B-swizzled K-major, 8 KiB at `panel`:
-/// row r at r * 128, 16-byte chunk c at c ^ (r % 8)); w[n][h] packs the thread's accumulator
-/// elements 4n + 2h, 4n + 2h + 1 (row g + 8h of its warp's 16, columns 8n + 2t ..); x: the thread
-/// in its warpgroup. A warp's words for one (n, h) hit 32 distinct banks.
+/// Stores a thread's 16 words of a 64 x 64 bf16 P panel (8 KiB at `panel`, the 128B-swizzled
+/// K-major layout of swz_offset with 64 rows); w[n][h] packs the thread's accumulator elements
+/// 4n + 2h, 4n + 2h + 1 (row g + 8h of its warp's 16, columns 8n + 2t ..); x: the thread in its
+/// warpgroup. A warp's words for one (n, h) hit 32 distinct banks.
 __device__ __forceinline__ void store_panel_words(unsigned char* panel, const std::uint32_t (&w)[8][2], int x) {
   const int r0 = 16 * (x >> 5) + ((x & 31) >> 2);
   const int t = x & 3;
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      *reinterpret_cast<std::uint32_t*>(panel + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = w[n][h];
-    }
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<std::uint32_t*>(panel + swz_offset(r0 + 8 * h, 8 * n + 2 * t, 64)) = w[n][h];
   }
 }
 
