@@ -137,7 +137,9 @@ def sparse_mla_plan(s_q: int, h_q: int, d_qk: int, topk: int, device: int = 0) -
     executor's attention included (its s_q is the step's T bucket, its topk the layer's combined
     width).
 
-    Returns ``{'kernel': 'wgmma' | 'wgmma-split' | ..., 'split', 'num_splits', 'blocks_per_split'}``.
+    Returns ``{'kernel': 'wgmma' | 'wgmma-split' | 'wgmma-split-dv' | ..., 'split', 'num_splits',
+    'blocks_per_split', 'dv_parts'}`` (``dv_parts`` 2: each (token, 64 heads) tile's value columns
+    split over two CTAs).
     Each (token, 64 heads) tile's result depends on the plan alone, so two calls with equal plans
     give the same bits for the same heads, whatever h_q (64 or 128) each runs. Queries the device
     (its SM count); needs a CUDA device.

@@ -294,6 +294,7 @@ nb::dict sparse_mla_plan(std::int64_t s_q, std::int64_t h_q, std::int64_t d_qk, 
   d["split"] = plan.split;
   d["num_splits"] = plan.num_splits;
   d["blocks_per_split"] = plan.blocks_per_split;
+  d["dv_parts"] = plan.dv_parts;
   return d;
 }
 

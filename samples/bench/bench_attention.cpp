@@ -78,11 +78,16 @@ constexpr NamedPath kPaths[] = {
     {"split_topk", kernels::SparseMlaPath::split_topk, "spgraph-split-topk"},
     {"single_pass_mma", kernels::SparseMlaPath::single_pass_mma, "spgraph-single-pass-mma"},
     {"split_topk_mma", kernels::SparseMlaPath::split_topk_mma, "spgraph-split-topk-mma"},
+    {"split_dv", kernels::SparseMlaPath::split_dv, "spgraph-split-dv"},
 };
 
 bool is_split_path(kernels::SparseMlaPath p) {
   return p == kernels::SparseMlaPath::split_topk || p == kernels::SparseMlaPath::split_topk_mma;
 }
+
+/// Paths timed on the small chunks only: the top-k splits (their fp32 partials at s_q 4096 are
+/// gigabytes) and the split-dv pass (twice the CTAs of a long row's many waves: slower by design).
+bool small_rows_only(kernels::SparseMlaPath p) { return is_split_path(p) || p == kernels::SparseMlaPath::split_dv; }
 
 /// Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> split_list(const std::string& list) {
@@ -268,9 +273,9 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
 
     const double flops = 2.0 * static_cast<double>(idx_elems) * row.h_q * (row.d_qk + 512);
     // Default: every row also times the mma.sync single pass (the wgmma kernel's baseline); small
-    // chunks also time the wgmma single pass and both split top-k kernels, to show what the
-    // automatic choice buys. With --paths: the listed paths, split ones on the small chunks only
-    // (their fp32 partials at s_q 4096 are gigabytes), each kernel once per row (a path whose plan
+    // chunks also time the wgmma single pass, both split top-k kernels and the split-dv pass, to
+    // show what the automatic choice buys. With --paths: the listed paths, split and split-dv ones
+    // on the small chunks only (small_rows_only), each kernel once per row (a path whose plan
     // names a kernel already timed on the row is skipped).
     std::vector<const NamedPath*> variants;
     if (listed.empty()) {
@@ -279,11 +284,12 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
         variants.push_back(&kPaths[1]);
         variants.push_back(&kPaths[2]);
         variants.push_back(&kPaths[4]);
+        variants.push_back(&kPaths[5]);
       }
       variants.push_back(&kPaths[3]);
     } else {
       for (const NamedPath* np : listed)
-        if (small || !is_split_path(np->path)) variants.push_back(np);
+        if (small || !small_rows_only(np->path)) variants.push_back(np);
     }
     struct Timed {
       const NamedPath* path;

@@ -20,9 +20,9 @@ struct AttentionOptions {
   /// after 25 ms of warm-up and over at least 100 ms.
   bool burst{false};
   /// Comma-separated SparseMlaPath names (automatic, single_pass, split_topk, single_pass_mma,
-  /// split_topk_mma) to time on every row, split paths on the small chunks only, each kernel
-  /// once per row; empty: the default set (automatic and the mma.sync single pass, and on small
-  /// chunks also single_pass, split_topk and split_topk_mma).
+  /// split_topk_mma, split_dv) to time on every row, split and split-dv paths on the small chunks
+  /// only, each kernel once per row; empty: the default set (automatic and the mma.sync single
+  /// pass, and on small chunks also single_pass, split_topk, split_topk_mma and split_dv).
   std::string paths;
   /// Timing rounds per row; round r times the row's variants in turn starting from the r-th, and
   /// each variant's figure is the median of its rounds' medians.

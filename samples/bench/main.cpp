@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
                   "  --rows     table A: only the rows whose name contains TEXT, or one of a comma-separated list\n"
                   "             (e.g. V4-C2/32768, sq256, V32/8192,sq64)\n"
                   "  --paths    table A: time these SparseMlaPath names on every row (comma-separated, e.g.\n"
-                  "             automatic,single_pass,split_topk; split paths on small chunks only)\n"
+                  "             automatic,single_pass,split_topk,split_dv; split and split_dv on small chunks only)\n"
                   "  --rounds   table A: time each row's variants N times in rotating order (median of the rounds)\n"
                   "  --burst    table A: time each kernel after 10 (small rows) or 3 warm-up calls only, not after 25 ms\n"
                   "             of warm-up and over at least 100 ms (the long rows measure up to 12%% faster so)\n"

@@ -201,6 +201,8 @@ struct WgmmaTileOutputs {
   std::vector<float> o_ss;
   std::vector<std::uint32_t> panel_acc;   ///< the P panel (8 KiB) by store_acc_panel(S, 1, 1)
   std::vector<std::uint32_t> panel_frag;  ///< the P panel by store_a_frags_panel(the A fragments of S)
+  std::vector<float> o_rs128;  ///< o_rs as four m64n128k16 products (128-column quarters)
+  std::vector<float> o_ss128;  ///< o_ss the same way
 };
 
 /// Runs the wgmma tile kernel on bf16 tiles q and k, [64 x 512] row-major each (outputs

@@ -345,8 +345,12 @@ DecodedNode decode(const KernelId& id, void* const* kp, const dim3& grid) {
       r.push_back(arg_range("part_ml", p.part_ml, splits * rows, p.write_partials));
       if (id.d != 512 && id.d != 576) n.problems.push_back("d_qk " + std::to_string(id.d) + " is not 512 or 576");
       if (p.kv_row_stride < id.d) n.problems.push_back("kv_row_stride is below d_qk: kv rows overlap past s_kv rows");
-      // An item is (token, 64 heads, slice): the ranges above hold only the items of s_q tokens.
-      const std::int64_t items = s_q * (h / kernels::kSparseMlaHeadsPerCta) * splits;
+      // An item is (token, 64 heads, slice), run by dv_parts CTAs (2: the split-dv pass): the
+      // ranges above hold only the items of s_q tokens.
+      if (p.dv_parts != 1 && !(p.dv_parts == 2 && id.kernel == Kernel::attention_wgmma && !p.write_partials)) {
+        n.problems.push_back("dv_parts " + std::to_string(p.dv_parts) + " outside the wgmma single pass's 1 or 2");
+      }
+      const std::int64_t items = s_q * (h / kernels::kSparseMlaHeadsPerCta) * splits * p.dv_parts;
       const std::int64_t ctas = std::int64_t{grid.x} * grid.y * grid.z;
       if (p.num_items != items) {
         n.problems.push_back("num_items " + std::to_string(p.num_items) + " is not " + std::to_string(items));
@@ -456,7 +460,8 @@ std::vector<ExpectedNode> expected_nodes(const model::PipelineConfig& c, const s
     e.push_back({Kernel::combine_indices, i, graphs::stage_name(Stage::combine), {}});
     const kernels::SparseMlaPlan plan = attention_plan(c, l, r_bucket, t_bucket);
     const bool wgmma = plan.kernel == kernels::SparseMlaKernel::wgmma_single_pass ||
-                       plan.kernel == kernels::SparseMlaKernel::wgmma_split_topk;
+                       plan.kernel == kernels::SparseMlaKernel::wgmma_split_topk ||
+                       plan.kernel == kernels::SparseMlaKernel::wgmma_split_dv;
     e.push_back({wgmma ? Kernel::attention_wgmma : Kernel::attention_mma, i, graphs::stage_name(Stage::attention), plan});
     if (plan.split) e.push_back({Kernel::attention_merge, i, "attention merge", plan});
   }
@@ -601,6 +606,7 @@ std::uintptr_t audit_graph(const graphs::Executor& ex, int program, int bucket, 
     if (id->kernel == Kernel::attention_wgmma || id->kernel == Kernel::attention_mma) {
       CHECK(n.attention.num_splits == want.plan.num_splits);
       CHECK(n.attention.write_partials == want.plan.split);
+      CHECK(n.attention.dv_parts == want.plan.dv_parts);
     }
     CHECK(joined(problems) == "");
   }
@@ -814,6 +820,7 @@ TEST_CASE("graph audit: an argument outside the pool, the metadata block or a bo
     p.lse = static_cast<float*>(at(kPool + 532480));
     p.num_splits = 1;
     p.num_items = 2;
+    p.dv_parts = 1;
     void* kp[] = {&p, nullptr};
     const KernelId wgmma{Kernel::attention_wgmma, 512};
     const DecodedNode good = decode(wgmma, kp, dim3(2));
@@ -825,6 +832,13 @@ TEST_CASE("graph audit: an argument outside the pool, the metadata block or a bo
     CHECK(bad[0].rfind("q ", 0) == 0);
     CHECK(decode(wgmma, kp, dim3(3)).problems.size() == 1);  // a CTA for an item past s_q
     CHECK(decode({Kernel::attention_mma, 512}, kp, dim3(1)).problems.empty());  // persistent: fewer CTAs than items
+    p.q_token_stride -= 8;
+    p.dv_parts = 2;  // the split-dv pass: two CTAs per item
+    CHECK(decode(wgmma, kp, dim3(2)).problems.size() == 1);  // num_items 2 is not 2 items x 2 CTAs
+    p.num_items = 4;
+    CHECK(joined(decode(wgmma, kp, dim3(4)).problems) == "");
+    p.write_partials = true;  // the split-dv pass writes no partials
+    CHECK(decode(wgmma, kp, dim3(4)).problems.size() == 1);
   }
   SECTION("kernels are known by their device symbols; any other kernel is unknown") {
     struct Case {
@@ -839,8 +853,10 @@ TEST_CASE("graph audit: an argument outside the pool, the metadata block or a bo
         {"_ZN3spg7kernels6detail16kv_insert_kernelENS1_12InsertParamsE", Kernel::kv_insert, 0},
         {"_ZN3spg7kernels6detail16kv_gather_kernelENS1_12GatherParamsE", Kernel::kv_gather, 0},
         {"_ZN3spg7kernels6detail22combine_indices_kernelENS1_13CombineParamsE", Kernel::combine_indices, 0},
-        {"_ZN3spg7kernels6detail23sparse_mla_wgmma_kernelILi576EEEvNS1_15SparseMlaParamsE14CUtensorMap_st",
+        {"_ZN3spg7kernels6detail23sparse_mla_wgmma_kernelILi576ELb0EEEvNS1_15SparseMlaParamsE14CUtensorMap_st",
          Kernel::attention_wgmma, 576},
+        {"_ZN3spg7kernels6detail23sparse_mla_wgmma_kernelILi512ELb1EEEvNS1_15SparseMlaParamsE14CUtensorMap_st",
+         Kernel::attention_wgmma, 512},
         {"_ZN3spg7kernels6detail17sparse_mla_kernelILi512EEEvNS1_15SparseMlaParamsE", Kernel::attention_mma, 512},
         {"_ZN3spg7kernels6detail23sparse_mla_merge_kernelENS1_20SparseMlaMergeParamsE", Kernel::attention_merge, 0}};
     for (const Case& c : cases) {

@@ -247,12 +247,14 @@ int sm_count() {
   return sms;
 }
 
-/// The automatic rule of sparse_mla.hpp on this device: the wgmma kernel over slices of whole
-/// block pairs where the cost model (split_cost.hpp, its choices checked on the CPU in
-/// test_sparse_mla_plan.cpp) prices them faster, else the wgmma single pass.
+/// The automatic rule of sparse_mla.hpp on this device: the single pass with the value columns
+/// split, or the wgmma kernel over slices of whole block pairs, where the cost model
+/// (split_cost.hpp, its choices checked on the CPU in test_sparse_mla_plan.cpp) prices them
+/// faster, else the wgmma single pass.
 k::SparseMlaKernel expected_automatic(const Problem& p) {
   const std::int64_t items = std::int64_t{p.s_q} * (p.h_q / 64);
   const int pairs = (p.topk / 64 + 1) / 2;
+  if (k::detail::automatic_split_dv(items, pairs, sm_count(), p.d_qk)) return k::SparseMlaKernel::wgmma_split_dv;
   const bool split = k::detail::automatic_pairs_per_slice(items, pairs, sm_count(), p.d_qk) < pairs;
   return split ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass;
 }
@@ -282,9 +284,10 @@ void check_problem(const Problem& p, const std::vector<k::SparseMlaPath>& paths,
   }
 }
 
-/// The four kernels, by their explicit paths.
+/// The five kernels, by their explicit paths.
 const std::vector<k::SparseMlaPath> kAllKernels = {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk,
-                                                   k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma};
+                                                   k::SparseMlaPath::single_pass_mma, k::SparseMlaPath::split_topk_mma,
+                                                   k::SparseMlaPath::split_dv};
 
 bool is_split(k::SparseMlaPath path) {
   return path == k::SparseMlaPath::split_topk || path == k::SparseMlaPath::split_topk_mma;
@@ -331,7 +334,7 @@ TEST_CASE("sparse_mla: topk_length 1 reads only index 0 (outputs bit-identical)"
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
       for (const auto path : {k::SparseMlaPath::automatic, k::SparseMlaPath::single_pass, k::SparseMlaPath::single_pass_mma,
-                              k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma}) {
+                              k::SparseMlaPath::split_topk, k::SparseMlaPath::split_topk_mma, k::SparseMlaPath::split_dv}) {
         Problem full = make_problem({d_qk, h_q, 1000, 256, 37}, {.sink = true}, 11 + d_qk + h_q);
         full.topk_length.assign(static_cast<std::size_t>(full.s_q), 1);
         Problem first = full;
@@ -389,17 +392,21 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
             f.padded_stride = (seed % 3) == 0;
             f.extra_invalid = (seed % 2) == 0 ? 0.05 : 0.0;
             const Problem p = make_problem({d_qk, h_q, s_kv, topk, s_q}, f, ++seed);
-            // s_q 62 and 213 run the wgmma single pass; s_q 1 splits the top-k range where the
-            // cost model prices it faster (topk >= 384 on 132 SMs). Each case also runs on the kernel automatic
-            // did not pick: the wgmma single pass where it splits, the wgmma split where s_q 1
-            // does not; s_q 1 also runs the mma.sync split.
+            // s_q 213 runs the wgmma single pass; s_q 1 splits the top-k range where the cost
+            // model prices it faster (topk >= 384 on 132 SMs); s_q 62 at h_q 64 (62 of 132 SMs)
+            // splits the value columns from topk 256 on. Each case also runs on the kernels
+            // automatic did not pick: the wgmma single pass, the wgmma split at s_q 1, the
+            // split-dv pass at s_q 1 and 62; s_q 1 also runs the mma.sync split.
             const k::SparseMlaKernel chosen = expected_automatic(p);
-            if (s_q >= 62) CHECK(chosen == k::SparseMlaKernel::wgmma_single_pass);
-            if (s_q == 1 && sm_count() == 132)
-              CHECK(chosen == (topk >= 384 ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass));
+            if (s_q == 213) CHECK(chosen == k::SparseMlaKernel::wgmma_single_pass);
+            if (s_q == 1 && sm_count() == 132 && topk >= 384) CHECK(chosen == k::SparseMlaKernel::wgmma_split_topk);
+            if (s_q == 62 && sm_count() == 132)
+              CHECK(chosen == (h_q == 64 && topk >= 256 ? k::SparseMlaKernel::wgmma_split_dv
+                                                         : k::SparseMlaKernel::wgmma_single_pass));
             std::vector<k::SparseMlaPath> paths = {k::SparseMlaPath::automatic};
             if (chosen != k::SparseMlaKernel::wgmma_single_pass) paths.push_back(k::SparseMlaPath::single_pass);
             if (chosen != k::SparseMlaKernel::wgmma_split_topk && s_q == 1) paths.push_back(k::SparseMlaPath::split_topk);
+            if (chosen != k::SparseMlaKernel::wgmma_split_dv && s_q <= 62) paths.push_back(k::SparseMlaPath::split_dv);
             if (s_q == 1) paths.push_back(k::SparseMlaPath::split_topk_mma);
             check_problem(p, paths, stream.get());
           }
@@ -615,9 +622,9 @@ TEST_CASE("sparse_mla: inputs the previous kernel writes are read after it compl
   REQUIRE(p.q.size() * 2 % 16 == 0);
   REQUIRE(p.indices.size() * 4 % 16 == 0);
   constexpr long long kSpinCycles = 400000;
-  // automatic splits this shape (three slices and the merge); single_pass and split_topk x2 too
+  // automatic splits this shape (three slices and the merge); single_pass, split_topk x2 and split_dv too
   for (const auto& [path, splits] : {std::pair{k::SparseMlaPath::automatic, 0}, std::pair{k::SparseMlaPath::single_pass, 0},
-                                     std::pair{k::SparseMlaPath::split_topk, 2}}) {
+                                     std::pair{k::SparseMlaPath::split_topk, 2}, std::pair{k::SparseMlaPath::split_dv, 0}}) {
     DeviceProblem d(p, path, splits);
     const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
     if (path == k::SparseMlaPath::automatic && sm_count() == 132) CHECK(plan.split);
@@ -646,14 +653,18 @@ TEST_CASE("sparse_mla: inputs the previous kernel writes are read after it compl
 
 TEST_CASE("sparse_mla: one captured graph serves new per-step metadata", "[gpu][sparse_mla]") {
   spg::core::Stream stream;
-  for (const int s_q : {16, 301}) {  // 16 tokens of 128 heads picks the wgmma split, 301 the single pass
+  // 16 tokens of 128 heads: the wgmma split and the split-dv pass (automatic picks one of them),
+  // 301: the single pass
+  for (const auto& [s_q, path] : {std::pair{16, k::SparseMlaPath::split_topk}, std::pair{16, k::SparseMlaPath::split_dv},
+                                  std::pair{301, k::SparseMlaPath::automatic}}) {
     Problem p = make_problem({512, 128, 4001, 640, s_q}, {.sink = true, .topk_length = true}, 4242 + s_q);
     p.num_tokens = s_q - 7;
-    DeviceProblem d(p, k::SparseMlaPath::automatic);
+    DeviceProblem d(p, path);
     const k::SparseMlaPlan plan = k::SparseMla::plan(d.args);
-    const bool split = plan.split;
-    CHECK(split == (s_q == 16));
-    CHECK(plan.kernel == (s_q == 16 ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass));
+    CHECK(plan.split == (path == k::SparseMlaPath::split_topk));
+    CHECK(plan.kernel == (path == k::SparseMlaPath::split_topk ? k::SparseMlaKernel::wgmma_split_topk
+                          : path == k::SparseMlaPath::split_dv ? k::SparseMlaKernel::wgmma_split_dv
+                                                               : k::SparseMlaKernel::wgmma_single_pass));
     d.poison();
     const spg::test::CapturedLaunch graph(stream.get(), [&] { return d.launch(stream.get()); });
     const auto tokens = all_tokens(p.s_q);
@@ -1005,7 +1016,7 @@ TEST_CASE("sparse_mla: the plan names the kernel of each path", "[gpu][sparse_ml
   }
 }
 
-TEST_CASE("sparse_mla: wgmma tiles (Q K^T, P V with P from registers and from shared memory)", "[gpu][sparse_mla]") {
+TEST_CASE("sparse_mla: wgmma tiles (Q K^T, P V with P from registers and from shared memory, m64n256 and m64n128)", "[gpu][sparse_mla]") {
   // The descriptors and fragment layouts of src/spgraph/kernels/sparse_mla/wgmma_sm90.cuh on one 64-row tile
   // pair (test_sparse_mla_wgmma_tiles.cu); inputs uniform in [-1, 1].
   Rng rng(12345);
@@ -1054,6 +1065,8 @@ TEST_CASE("sparse_mla: wgmma tiles (Q K^T, P V with P from registers and from sh
     }
   check(got.o_rs, o_ref, 512, 5e-3, 1e-3, "pv-rs (m64n256k16, P from registers, V MN-major)");
   check(got.o_ss, o_ref, 512, 5e-3, 1e-3, "pv-ss (m64n256k16, P from a shared panel, V MN-major)");
+  check(got.o_rs128, o_ref, 512, 5e-3, 1e-3, "pv-rs (m64n128k16 quarters, the split-dv kernel's)");
+  check(got.o_ss128, o_ref, 512, 5e-3, 1e-3, "pv-ss (m64n128k16 quarters, the split-dv kernel's)");
   // The P panel both ways (the attention kernel stores P from the product's A fragments where no
   // factor applies): each element bf16(S[r][c]) at the swizzled K-major offset of (r, c).
   REQUIRE(got.panel_acc.size() == 2048);

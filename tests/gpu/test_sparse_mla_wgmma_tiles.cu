@@ -7,6 +7,7 @@
 //   pv-ss  the same with bf16(S) stored to a swizzled shared panel and read by descriptor
 //   panels the P panel as store_acc_panel writes it from S and as store_a_frags_panel writes it
 //          from the A fragments (the attention kernel's two ways to store P), both returned
+//   n128   both P V forms as m64n128k16 (the split-dv kernel's), over the four 128-column quarters
 // A wrong descriptor field or fragment mapping fails here on a single tile, where the attention
 // tests would only show a wrong result.
 #include <cuda_runtime.h>
@@ -38,7 +39,8 @@ __device__ void load_tile_swizzled(unsigned char* dst, const __nv_bfloat16* src,
 
 __global__ void __launch_bounds__(128, 1) wgmma_tile_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k,
                                                             float* s_out, float* o_rs, float* o_ss,
-                                                            std::uint32_t* panel_acc, std::uint32_t* panel_frag) {
+                                                            std::uint32_t* panel_acc, std::uint32_t* panel_frag,
+                                                            float* o_rs128, float* o_ss128) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = smem_raw + ((1024u - (d::smem_addr(smem_raw) & 1023u)) & 1023u);
   unsigned char* sq = sm;
@@ -108,6 +110,29 @@ __global__ void __launch_bounds__(128, 1) wgmma_tile_kernel(const __nv_bfloat16*
 #pragma unroll
     for (int i = 0; i < 128; ++i) o_ss[d::acc_row(x, i) * 512 + half * 256 + d::acc_col(x, i)] = o[i];
   }
+  // m64n128: the quarter's V starts two panels on (what the split-dv kernel adds to a half's start).
+  float o1[64];
+  for (int quarter = 0; quarter < 4; ++quarter) {
+    const std::uint32_t va = ka + static_cast<std::uint32_t>(quarter * 2 * 8192);
+    d::reg_fence(a);
+    d::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) d::wgmma_m64n128k16_rs_tb(o1, a[kk], d::desc_mnmajor(va, kk, kVLbo, kVSbo), kk > 0);
+    d::wgmma_commit();
+    d::wgmma_wait<0>();
+    d::reg_fence(o1);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o_rs128[d::acc_row(x, i) * 512 + quarter * 128 + d::acc_col(x, i)] = o1[i];
+    d::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      d::wgmma_m64n128k16_ss_tb(o1, d::desc_kmajor(pa, kk, 64), d::desc_mnmajor(va, kk, kVLbo, kVSbo), kk > 0);
+    d::wgmma_commit();
+    d::wgmma_wait<0>();
+    d::reg_fence(o1);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o_ss128[d::acc_row(x, i) * 512 + quarter * 128 + d::acc_col(x, i)] = o1[i];
+  }
 }
 
 }  // namespace
@@ -121,6 +146,10 @@ WgmmaTileOutputs run_wgmma_tiles(const std::vector<std::uint16_t>& q, const std:
   DeviceArray<float> dss(64 * 512);
   DeviceArray<std::uint32_t> dpa(2048);
   DeviceArray<std::uint32_t> dpf(2048);
+  DeviceArray<float> drs128(64 * 512);
+  DeviceArray<float> dss128(64 * 512);
+  drs128.poison();
+  dss128.poison();
   ds.poison();
   drs.poison();
   dss.poison();
@@ -129,10 +158,10 @@ WgmmaTileOutputs run_wgmma_tiles(const std::vector<std::uint16_t>& q, const std:
   SPG_CUDA_TRY(cudaFuncSetAttribute(wgmma_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileSmem));
   wgmma_tile_kernel<<<1, 128, kTileSmem>>>(reinterpret_cast<const __nv_bfloat16*>(dq.data()),
                                            reinterpret_cast<const __nv_bfloat16*>(dk.data()), ds.data(), drs.data(),
-                                           dss.data(), dpa.data(), dpf.data());
+                                           dss.data(), dpa.data(), dpf.data(), drs128.data(), dss128.data());
   SPG_CUDA_TRY(cudaGetLastError());
   SPG_CUDA_TRY(cudaDeviceSynchronize());
-  return {ds.download(), drs.download(), dss.download(), dpa.download(), dpf.download()};
+  return {ds.download(), drs.download(), dss.download(), dpa.download(), dpf.download(), drs128.download(), dss128.download()};
 }
 
 }  // namespace spg::test::mla

@@ -51,6 +51,10 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
     case SparseMlaPath::single_pass_mma:
       plan.kernel = SparseMlaKernel::mma_single_pass;
       break;
+    case SparseMlaPath::split_dv:
+      plan.kernel = SparseMlaKernel::wgmma_split_dv;
+      plan.dv_parts = 2;
+      break;
     case SparseMlaPath::split_topk:
     case SparseMlaPath::split_topk_mma: {
       plan.split = true;
@@ -64,6 +68,12 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
     default: {
       // The wgmma kernel runs the blocks of an item in pairs, so slices hold whole pairs; how many
       // per slice is the cost model's choice (split_cost.hpp).
+      // The column halves are priced against both (split_cost.hpp, automatic_split_dv).
+      if (detail::automatic_split_dv(items, pairs, sms, a.d_qk)) {
+        plan.kernel = SparseMlaKernel::wgmma_split_dv;
+        plan.dv_parts = 2;
+        break;
+      }
       const int pairs_per_split = detail::automatic_pairs_per_slice(items, pairs, sms, a.d_qk);
       plan.split = pairs_per_split < pairs;
       plan.kernel = plan.split ? SparseMlaKernel::wgmma_split_topk : SparseMlaKernel::wgmma_single_pass;
@@ -77,7 +87,8 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
 }
 
 bool is_wgmma(SparseMlaKernel k) noexcept {
-  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk;
+  return k == SparseMlaKernel::wgmma_single_pass || k == SparseMlaKernel::wgmma_split_topk ||
+         k == SparseMlaKernel::wgmma_split_dv;
 }
 
 std::size_t partial_o_bytes(const SparseMlaArgs& a, const SparseMlaPlan& plan) noexcept {
@@ -109,15 +120,17 @@ cudaLaunchConfig_t early_start_config(unsigned grid, int threads, int smem, cuda
   return config;
 }
 
-// The wgmma or the mma.sync kernel (each runs single passes and split slices alike) for one d_qk:
-// its launch, and its shared-memory opt-in, made once per device.
-template <int D, bool kWgmma>
+// The wgmma or the mma.sync kernel (each runs single passes and split slices alike) for one d_qk,
+// the wgmma one also with the value columns split (kSplitDv): its launch, and its shared-memory
+// opt-in, made once per device.
+template <int D, bool kWgmma, bool kSplitDv = false>
 struct AttentionKernel {
+  static_assert(kWgmma || !kSplitDv, "only the wgmma kernel splits the value columns");
   static constexpr int kSmem = kWgmma ? detail::WgmmaSmem<D>::kAlloc : detail::MlaSmem<D>::kBytes;
 
   static cudaError_t allow_smem(const core::DeviceInfo& info) noexcept {
     static std::atomic<std::uint64_t> smem_allowed{0};
-    const void* kernel = kWgmma ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D>)
+    const void* kernel = kWgmma ? reinterpret_cast<const void*>(&detail::sparse_mla_wgmma_kernel<D, kSplitDv>)
                                 : reinterpret_cast<const void*>(&detail::sparse_mla_kernel<D>);
     return core::allow_dynamic_smem_once(kernel, kSmem, info, smem_allowed);
   }
@@ -129,7 +142,7 @@ struct AttentionKernel {
       // its CTAs may be placed (and their barriers set up) while the previous kernel finishes.
       cudaLaunchAttribute attribute{};
       const cudaLaunchConfig_t config = early_start_config(grid, detail::kWgmmaThreads, kSmem, stream, attribute);
-      const cudaError_t status = cudaLaunchKernelEx(&config, detail::sparse_mla_wgmma_kernel<D>, p, out_map);
+      const cudaError_t status = cudaLaunchKernelEx(&config, detail::sparse_mla_wgmma_kernel<D, kSplitDv>, p, out_map);
       if (status != cudaSuccess) return status;
     } else {
       detail::sparse_mla_kernel<D><<<grid, detail::kMlaThreads, kSmem, stream>>>(p);
@@ -227,18 +240,20 @@ void SparseMla::can_implement(const SparseMlaArgs& a) {
               "out_rows = " << a.out_rows << " must be 0 (s_q) or in [s_q = " << a.s_q << ", 2^31 - 1]");
   SPG_EXPECTS(a.path == SparseMlaPath::automatic || a.path == SparseMlaPath::single_pass ||
                   a.path == SparseMlaPath::split_topk || a.path == SparseMlaPath::single_pass_mma ||
-                  a.path == SparseMlaPath::split_topk_mma,
+                  a.path == SparseMlaPath::split_topk_mma || a.path == SparseMlaPath::split_dv,
               "path = " << static_cast<int>(a.path) << " is not a SparseMlaPath");
   SPG_EXPECTS(a.num_splits >= 0 && a.num_splits <= a.topk / kSparseMlaBlockRows,
               "num_splits = " << a.num_splits << " must be in [0, topk / 64 = " << a.topk / kSparseMlaBlockRows << "]");
   const bool single = a.path == SparseMlaPath::single_pass || a.path == SparseMlaPath::single_pass_mma;
-  const std::int64_t max_splits = single ? 1 : a.topk / kSparseMlaBlockRows;
+  // Work items (CTAs of the wgmma kernel) at most: the split-dv pass has two per (token, 64 heads).
+  const std::int64_t max_splits = single ? 1 : std::max(2, a.topk / kSparseMlaBlockRows);
   const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * max_splits;
   SPG_EXPECTS(std::int64_t{a.s_q} * a.h_q <= std::numeric_limits<std::int32_t>::max(),
               "s_q = " << a.s_q << " with h_q = " << a.h_q << " makes more than 2^31 - 1 output rows");
   SPG_EXPECTS(items <= std::numeric_limits<std::int32_t>::max(),
               "s_q = " << a.s_q << " with h_q = " << a.h_q << " and up to " << max_splits
-                       << " top-k slices makes " << items << " work items, more than 2^31 - 1");
+                       << " top-k slices (or two value-column halves) makes " << items
+                       << " work items, more than 2^31 - 1");
 }
 
 SparseMlaPlan SparseMla::plan(const SparseMlaArgs& args) {
@@ -310,7 +325,8 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   p.out_token_stride = resolved_stride(a.out_token_stride, std::int64_t{a.h_q} * kSparseMlaDv);
   p.token_offset = a.token_offset;
   out.out_map = CUtensorMap{};
-  if (plan.kernel == SparseMlaKernel::wgmma_single_pass) {
+  p.dv_parts = plan.dv_parts;
+  if (plan.kernel == SparseMlaKernel::wgmma_single_pass || plan.kernel == SparseMlaKernel::wgmma_split_dv) {
     // The whole of out (a step's rows too): a chunk of a step adds its row offset to the coordinate.
     const std::int64_t out_rows = a.out_rows == 0 ? a.s_q : a.out_rows;
     const cudaError_t status = encode_out_map(out.out_map, a.out, a.h_q, out_rows, p.out_token_stride);
@@ -322,7 +338,7 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
     p.part_ml = reinterpret_cast<float2*>(base + partial_o_bytes(a, plan));
   }
   // can_implement bounds the number of items by 2^31 - 1.
-  const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits;
+  const std::int64_t items = std::int64_t{a.s_q} * (a.h_q / kSparseMlaHeadsPerCta) * plan.num_splits * plan.dv_parts;
   p.num_items = static_cast<int>(items);
   // wgmma: one CTA per item on a 1-D grid (the designs measured against it: docs/benchmark_history.md).
   // One CTA fits an SM, so the CTA that takes an SM after this one is about `sms` items on: each CTA
@@ -334,17 +350,22 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
 #ifdef SPGRAPH_WGMMA_NO_Q_PREFETCH
   p.q_prefetch_ahead = 0;  // A/B switch (issue 15 round 11): no next-wave Q prefetch
 #endif
-  const auto pick = [&](auto wgmma_tag) {
+  const auto pick = [&](auto wgmma_tag, auto split_dv_tag) {
     constexpr bool kWgmma = decltype(wgmma_tag)::value;
+    constexpr bool kSplitDv = decltype(split_dv_tag)::value;
     if (a.d_qk == 512) {
-      out.allow_smem = &AttentionKernel<512, kWgmma>::allow_smem;
-      out.attention = &AttentionKernel<512, kWgmma>::launch;
+      out.allow_smem = &AttentionKernel<512, kWgmma, kSplitDv>::allow_smem;
+      out.attention = &AttentionKernel<512, kWgmma, kSplitDv>::launch;
     } else {
-      out.allow_smem = &AttentionKernel<576, kWgmma>::allow_smem;
-      out.attention = &AttentionKernel<576, kWgmma>::launch;
+      out.allow_smem = &AttentionKernel<576, kWgmma, kSplitDv>::allow_smem;
+      out.attention = &AttentionKernel<576, kWgmma, kSplitDv>::launch;
     }
   };
-  wgmma ? pick(std::true_type{}) : pick(std::false_type{});
+  if (plan.kernel == SparseMlaKernel::wgmma_split_dv) {
+    pick(std::true_type{}, std::true_type{});
+  } else {
+    wgmma ? pick(std::true_type{}, std::false_type{}) : pick(std::false_type{}, std::false_type{});
+  }
 
   detail::SparseMlaMergeParams& m = out.merge;
   m = detail::SparseMlaMergeParams{};

@@ -27,14 +27,17 @@ inline constexpr int kSparseMlaBlockRows = 64;
 
 /// @brief How the top-k range of a token is covered, and by which kernel.
 ///
-/// `automatic` picks the wgmma single pass, or the wgmma kernel over slices of the top-k range
-/// where a cost model predicts the slices and their merge faster by more than 1 µs: with
+/// `automatic` picks the wgmma single pass, the wgmma kernel over slices of the top-k range, or
+/// the single pass with the value columns split over two CTAs per item, where a cost model
+/// predicts the slices and their merge (or the column halves) faster by more than 1 µs: with
 /// items = s_q * (h_q / 64) and pairs = ceil(topk / 128) (64-row blocks run in pairs), each slicing
 /// into ceil(pairs / n) pairs is priced as waves of CTAs (a fixed cost per call and per later-wave
 /// CTA, a cost per block) plus, when split, the merge's fixed cost and its partials' bytes
 /// (kernels/sparse_mla/split_cost.hpp; constants and fit: docs/benchmark_history.md, "Split
-/// top-k"). On 132 SMs it splits e.g. s_q 16 at topk >= 384 and keeps s_q >= 64 whole at topk
-/// 640 / 1152. The choice depends on the static arguments and the SM count only.
+/// top-k"); the column halves are priced as a single pass of twice the CTAs at a smaller cost per
+/// block. On 132 SMs it splits e.g. s_q 16 at topk >= 384, splits the columns of h_q 64 s_q 64 at
+/// topk 640 and keeps h_q 128 s_q >= 64 whole at topk 1152. The choice depends on the static
+/// arguments and the SM count only.
 enum class SparseMlaPath : std::int32_t {
   automatic = 0,    ///< single_pass, or split_topk where the cost model prices the slices faster
   single_pass = 1,  ///< the wgmma single pass (sm_90 only): one item per (token, 64 heads)
@@ -44,6 +47,11 @@ enum class SparseMlaPath : std::int32_t {
   /// kernel and as its performance baseline.
   single_pass_mma = 3,
   split_topk_mma = 4,  ///< the mma.sync kernel over top-k slices + the merge kernel (any device)
+  /// The wgmma single pass with each item's 512 value columns split over two CTAs (sm_90 only):
+  /// both compute the item's scores and softmax, each runs P V for 256 columns and writes them;
+  /// no workspace, no merge. Twice the CTAs at about three quarters of the tensor work each: it
+  /// pays where the single pass leaves SMs idle (fewer items than half the SMs' count).
+  split_dv = 5,
 };
 
 /// @brief The kernel(s) a plan launches.
@@ -55,14 +63,16 @@ enum class SparseMlaKernel : std::int32_t {
   mma_single_pass = 1,   ///< persistent mma.sync kernel, whole top-k range per item
   mma_split_topk = 2,    ///< mma.sync partial kernel over top-k slices + merge kernel
   wgmma_split_topk = 3,  ///< the wgmma kernel, one CTA per (token, 64 heads, slice) + merge kernel
+  wgmma_split_dv = 4,    ///< the wgmma kernel, two CTAs per (token, 64 heads), 256 value columns each
 };
 
-/// @brief Short name of a kernel ("wgmma", "wgmma-split", "mma", "mma-split"), for logs and
-/// benchmark tables.
+/// @brief Short name of a kernel ("wgmma", "wgmma-split", "wgmma-split-dv", "mma", "mma-split"),
+/// for logs and benchmark tables.
 constexpr const char* sparse_mla_kernel_name(SparseMlaKernel k) noexcept {
   switch (k) {
     case SparseMlaKernel::wgmma_single_pass: return "wgmma";
     case SparseMlaKernel::wgmma_split_topk: return "wgmma-split";
+    case SparseMlaKernel::wgmma_split_dv: return "wgmma-split-dv";
     case SparseMlaKernel::mma_single_pass: return "mma";
     case SparseMlaKernel::mma_split_topk: return "mma-split";
   }
@@ -112,6 +122,7 @@ struct SparseMlaArgs {
 struct SparseMlaPlan {
   bool split{false};      ///< true: partial kernel + merge kernel
   int num_splits{1};      ///< top-k slices per (token, 64 heads)
+  int dv_parts{1};        ///< CTAs per (token, 64 heads, slice): 2 for wgmma_split_dv, else 1
   int blocks_per_split{0};///< 64-row blocks per slice
   SparseMlaKernel kernel{SparseMlaKernel::wgmma_single_pass};  ///< what run() launches
 };

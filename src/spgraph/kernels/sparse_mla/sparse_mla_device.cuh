@@ -31,11 +31,15 @@ struct SparseMlaParams {
   float* lse;
   int num_splits;        ///< top-k slices per (token, 64 heads)
   int blocks_per_split;  ///< 64-row blocks per slice
-  int num_items;         ///< s_q * (h_q / 64) * num_splits
+  int num_items;         ///< s_q * (h_q / 64) * num_splits * dv_parts
   bool write_partials;   ///< split path: write unnormalized O, m and l to the workspace
   float* part_o;         ///< [num_splits, s_q * h_q, 512]
   float2* part_ml;       ///< [num_splits, s_q * h_q]: (running max in log2 units, sum of exp2)
   int q_prefetch_ahead;  ///< wgmma: a CTA prefetches into L2 the Q rows of the item this many on (0: none)
+  /// CTAs per item: 2 for the wgmma kernel with the value columns split (SparseMlaKernel::
+  /// wgmma_split_dv: its template argument; each CTA writes 256 of the 512), else 1. num_items
+  /// counts CTAs: s_q * (h_q / 64) * num_splits * dv_parts.
+  int dv_parts;
   std::int64_t q_token_stride;    ///< elements between tokens of q (resolved: never 0)
   std::int64_t out_token_stride;  ///< elements between tokens of out (resolved: never 0)
   const std::int32_t* token_offset;  ///< a chunk of a step: its first row of q and the outputs (null: 0)

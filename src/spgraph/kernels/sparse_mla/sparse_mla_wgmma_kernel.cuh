@@ -161,10 +161,17 @@ __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int it
   return it;
 }
 
-template <int D>
+/// kSplitDv (SparseMlaKernel::wgmma_split_dv): two CTAs per item (CTA 2i + half runs item i),
+/// each computing the item's S and softmax in full and P V for 256 of the 512 value columns:
+/// WG c owns columns [256 c + 128 half, + 128), so each warpgroup's P V still reads only its half
+/// of each kv buffer and the buffers' release order is the single pass's. Single pass only (no
+/// partials); CTA half 0 writes max_logits and lse.
+template <int D, bool kSplitDv>
 __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
                                                                               const __grid_constant__ CUtensorMap out_map) {
   using L = WgmmaSmem<D>;
+  constexpr int kCols = kSplitDv ? 128 : 256;  // output columns of one consumer warpgroup
+  constexpr int kORegs = kCols / 2;            // its fp32 accumulators per thread
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sm = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   const std::uint32_t sb = smem_addr(sm);
@@ -201,7 +208,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) >> 7, 0);
   const int x = static_cast<int>(threadIdx.x) & 127;
-  const WgmmaItem it = wgmma_item(p, static_cast<int>(blockIdx.x));
+  const int dv_half = kSplitDv ? static_cast<int>(blockIdx.x & 1u) : 0;
+  const WgmmaItem it = wgmma_item(p, static_cast<int>(kSplitDv ? blockIdx.x >> 1 : blockIdx.x));
+  // Byte offset of this CTA's value columns within a warpgroup's half of a kv buffer.
+  const std::uint32_t vcol = static_cast<std::uint32_t>(dv_half) * 2u * 8192u;
   // A chunk of a step: its rows start at row_base, and a padded token's rows are another chunk's.
   const int row_base = step_row_base(p.token_offset);
   if (p.token_offset != nullptr && it.token >= __ldg(p.num_tokens)) return;
@@ -312,7 +322,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       // together, do not all wait for Q from HBM at once (docs/benchmark_history.md).
       if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
         const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
-        const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next < p.num_items ? next : 0));
+        const std::int64_t next_item = kSplitDv ? next >> 1 : next;
+        const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next < p.num_items ? next_item : 0));
         // A step's chunk: a padded token's q row may lie past the step's rows; it is not read.
         if (next < p.num_items && (p.token_offset == nullptr || at.token < __ldg(p.num_tokens))) {
           prefetch_l2_bulk(p.q + (static_cast<std::int64_t>(row_base) + at.token) * p.q_token_stride + at.head0 * D,
@@ -342,9 +353,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   constexpr std::uint32_t kVLbo = 64 * 128;  // MN-major V: next 64 value columns = next panel
   constexpr std::uint32_t kVSbo = 1024;      // next 8 kv rows
 
-  float o[128];
+  float o[kORegs];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
   float s[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = 0.0f;
@@ -360,7 +371,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // O *= the rows' factors; a warp whose factors are all exactly 1 skips it.
   auto rescale_o_by = [&](const float (&f)[2]) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
+    for (int i = 0; i < kORegs; ++i) o[i] *= f[(i >> 1) & 1];
   };
   auto rescale_o = [&](const float (&f)[2]) {
     if (__all_sync(0xffffffffu, f[0] == 1.0f && f[1] == 1.0f)) return;
@@ -457,7 +468,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      wgmma_m64n256k16_rs_tb(o, a[kk], desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+      if constexpr (kSplitDv) {
+        wgmma_m64n128k16_rs_tb(o, a[kk], desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+      } else {
+        wgmma_m64n256k16_rs_tb(o, a[kk], desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+      }
       if (kk == 1) wgmma_commit();
     }
     wgmma_commit();
@@ -468,7 +483,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      wgmma_m64n256k16_ss_tb(o, desc_kmajor(pa, kk, 64), desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+      if constexpr (kSplitDv) {
+        wgmma_m64n128k16_ss_tb(o, desc_kmajor(pa, kk, 64), desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+      } else {
+        wgmma_m64n256k16_ss_tb(o, desc_kmajor(pa, kk, 64), desc_mnmajor(va, kk, kVLbo, kVSbo), 1);
+      }
       if (kk == 1) wgmma_commit();
     }
     wgmma_commit();
@@ -510,7 +529,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       named_barrier_arrive(kWgBarM0, 256);
       std::uint32_t pa[4][4];
-      pv_rs(k0a, pa);  // O += P0 V0[:, 0:256]
+      pv_rs(k0a + vcol, pa);  // O += P0 V0[:, 0:256] (split dv: this CTA's 128 of them)
       wgmma_wait<1>();
       mbar_arrive(empty_bar(0, 0));  // rows 0-31 of K0's left half
       wgmma_wait<0>();
@@ -545,7 +564,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       named_barrier(kWgBarS1, 256);
       mbar_wait(full_bar(1, 0), ph);
       fence_proxy_async();
-      pv_ss(s1a, k1a);  // O += P1 V1[:, 0:256]
+      pv_ss(s1a, k1a + vcol);  // O += P1 V1[:, 0:256]
       if (pair + 1 < n_pairs) {
         // The next pair's S0 = Q K0^T overlaps the P1 V1 product.
         mbar_wait(full_bar(0, 0), ph ^ 1u);
@@ -605,7 +624,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       named_barrier_arrive(kWgBarM1, 256);
       std::uint32_t pa[4][4];
-      pv_rs(k1a + 4 * 8192, pa);  // O += P1 V1[:, 256:512]
+      pv_rs(k1a + 4 * 8192 + vcol, pa);  // O += P1 V1[:, 256:512]
       store_a_frags_panel(sm + L::kOffS1, pa, x);  // P1 as packed for the product (the same bits)
       // P0 V0 is issued before P1 is announced, so it queues on the tensor cores ahead of WG0's
       // P1 V1 and K0's right half (the next Q K0^T's) is released sooner. The fence covers both
@@ -613,7 +632,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       named_barrier(kWgBarS0, 256);
       mbar_wait(full_bar(0, 1), ph);
       fence_proxy_async();
-      pv_ss(s0a, k0a + 4 * 8192);  // O += P0 V0[:, 256:512]
+      pv_ss(s0a, k0a + 4 * 8192 + vcol);  // O += P0 V0[:, 256:512]
       named_barrier_arrive(kWgBarS1, 256);
       // Groups: P1 V1 rows 0-31, 32-63, then P0 V0 rows 0-31, 32-63. At d_qk 576 K0's right
       // half holds P0 in all its rows, so both its parts wait for the whole P0 V0 product (and
@@ -661,7 +680,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   float m_max[2];  // the rows' true max over both warpgroups' blocks (m_run is the reference)
 #pragma unroll
   for (int h = 0; h < 2; ++h) m_max[h] = fmaxf(m_true[h], mt_other[r0 + 8 * h]);
-  if (p.write_partials) {
+  if (!kSplitDv && p.write_partials) {
     // The slice's unnormalized fp32 O and (m, l); the merge kernel weighs the slices. A quad
     // stores 32 contiguous bytes of a row.
     const std::int64_t prow0 = it.split * static_cast<std::int64_t>(p.s_q) * p.h_q + row0;
@@ -681,7 +700,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     }
     float* po = p.part_o + prow0 * 512 + wg * 256 + 2 * t;
 #pragma unroll
-    for (int n = 0; n < 32; ++n)
+    for (int n = 0; n < kORegs / 4; ++n)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<float2*>(po + (r0 + 8 * h) * 512 + 8 * n) = make_float2(o[4 * n + 2 * h], o[4 * n + 2 * h + 1]);
@@ -694,7 +713,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     RowFinal fin = finalize_row_log2_sink(m_run[h], l_row[h], sink_log2[h]);
     if (l_row[h] > 0.0f) fin.max_logit = m_max[h] * kLn2;  // the true max (lse, inv: the reference)
     inv[h] = fin.inv;
-    if (wg == 0 && t == 0) {
+    if (wg == 0 && t == 0 && dv_half == 0) {
       p.max_logits[row0 + static_cast<std::int64_t>(row_base) * p.h_q + r] = fin.max_logit;
       p.lse[row0 + static_cast<std::int64_t>(row_base) * p.h_q + r] = fin.lse;
     }
@@ -716,7 +735,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // but V32, where the CTA's end is the smallest share; docs/benchmark_history.md).
   const std::uint64_t policy = wgmma_once_row_policy();  // out rows are not read again here
 #pragma unroll
-  for (int pn = 0; pn < 4; ++pn) {
+  for (int pn = 0; pn < kCols / 64; ++pn) {
 #pragma unroll
     for (int j = 4 * pn; j < 4 * pn + 4; ++j) {
       stmatrix_x4((lane_base ^ static_cast<std::uint32_t>((j & 3) << 5)) + (j >> 2) * 8192,
@@ -727,7 +746,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     }
     fence_proxy_async();  // this panel's stmatrix writes, visible to the TMA engine
     named_barrier(kWgBarEpi0 + wg, 128);
-    if (x == 0) tma_store_box(&out_map, stg + pn * 8192, wg * 256 + pn * 64, head0, row_base + token, policy);
+    if (x == 0) {
+      tma_store_box(&out_map, stg + pn * 8192, wg * 256 + dv_half * 128 + pn * 64, head0, row_base + token, policy);
+    }
   }
   if (x == 0) bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
 }

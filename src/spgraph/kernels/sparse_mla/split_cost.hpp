@@ -18,12 +18,18 @@ namespace spg::kernels::detail {
 /// k counts the blocks a slice runs (a slice holds whole pairs: an odd tail costs a block too),
 /// b scales with (d_qk + 512) / 1024 (Q K^T reads d_qk columns, P V 512). A CTA of a later wave
 /// pays `cta` again (its start and end); the first wave's is inside `call`, with the launch.
+/// The value columns split over two CTAs per item (SparseMlaPath::split_dv) are twice the CTAs,
+/// each block at `split_dv_block` times b (Q K^T in full, half of P V: 3/4 of the tensor work,
+/// the gather whole), with no merge.
 struct SplitCostModel {
   double call_us = 9.4;          ///< a call's fixed time: launch, first wave's CTA start and end
   double block_us = 1.71;        ///< one 64-row block of one CTA, d_qk 512
   double cta_us = 8.0;           ///< a CTA's start and end in a later wave
   double merge_us = 3.9;         ///< the merge kernel's fixed cost (its launch, the partials' latency)
   double merge_us_per_mb = 0.41; ///< per MB of fp32 partials (written by the slices, read by the merge)
+  /// A split-dv CTA's block against the single pass's: predicted 0.8 before it ran; measured
+  /// 0.76-0.84 on the one-wave small rows (docs/benchmark_history.md, "The value columns split").
+  double split_dv_block = 0.8;
   /// A split must save more than this over the single pass: the fit's error on the rows it was
   /// fitted on is under 1 µs.
   double min_saving_us = 1.0;
@@ -70,6 +76,26 @@ constexpr int automatic_pairs_per_slice(std::int64_t items, int pairs, int sms, 
     }
   }
   return best_pps;
+}
+
+/// The predicted time of `items` items of `pairs` block pairs each as a single pass with the
+/// value columns split over two CTAs per item.
+constexpr double split_dv_time_us(std::int64_t items, int pairs, int sms, int d_qk, const SplitCostModel& m = {}) noexcept {
+  const std::int64_t ctas = 2 * items;
+  const std::int64_t waves = sms > 0 ? (ctas + sms - 1) / sms : ctas;
+  const double b = m.block_us * (d_qk + 512) / 1024.0 * m.split_dv_block;
+  const double cta_time = b * 2.0 * std::max(pairs, 1);
+  return m.call_us + cta_time + static_cast<double>(std::max<std::int64_t>(waves - 1, 0)) * (m.cta_us + cta_time);
+}
+
+/// Whether `automatic` splits the value columns: the split-dv pass must beat the single pass by
+/// more than `min_saving_us` and the slicing automatic_pairs_per_slice picks by more than nothing.
+constexpr bool automatic_split_dv(std::int64_t items, int pairs, int sms, int d_qk, const SplitCostModel& m = {}) noexcept {
+  if (items <= 0 || sms <= 0) return false;
+  const double t = split_dv_time_us(items, pairs, sms, d_qk, m);
+  const double single = split_time_us(items, pairs, pairs, sms, d_qk, m);
+  const int pps = automatic_pairs_per_slice(items, pairs, sms, d_qk, m);
+  return t < single - m.min_saving_us && t < split_time_us(items, pairs, pps, sms, d_qk, m);
 }
 
 }  // namespace spg::kernels::detail

@@ -1,5 +1,5 @@
 // Hopper (sm_90a) device helpers of the wgmma sparse MLA kernel (sparse_mla_wgmma_kernel.cuh):
-// the three wgmma shapes the kernel issues, wgmma and proxy fences, mbarriers with a bounded
+// the wgmma shapes the kernel issues, wgmma and proxy fences, mbarriers with a bounded
 // wait, named-barrier arrival, register reallocation between warpgroups, cp.async with an L2
 // prefetch hint, TMA stores and L2 policies, and the accumulator fragment layouts (the tile
 // layout's offsets and the shared-memory matrix descriptors are in wgmma_desc.hpp). Raw PTX, so the encodings
@@ -113,6 +113,44 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_tb(float (&d)[128], const st
 
 #undef SPG_WGMMA_N256_D_OPERANDS
 #undef SPG_WGMMA_N256_D_REGS
+
+// The 64 fp32 accumulators of an m64n128 op (the column-half single pass, SparseMlaKernel::
+// wgmma_split_dv), shared by the two m64n128k16 wrappers below.
+#define SPG_WGMMA_N128_D_REGS \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define SPG_WGMMA_N128_D_OPERANDS(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+/// D[64 x 128] (+)= A[64 x 16] * B[16 x 128]; A K-major, B MN-major (imm-trans-b = 1), both from shared-memory descriptors.
+__device__ __forceinline__ void wgmma_m64n128k16_ss_tb(float (&d)[64], std::uint64_t desc_a, std::uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" SPG_WGMMA_N128_D_REGS "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+      : SPG_WGMMA_N128_D_OPERANDS(d)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+/// D[64 x 128] (+)= A[64 x 16] * B[16 x 128]; A from registers (4 x bf16x2 per thread), B MN-major (imm-trans-b = 1) from a descriptor.
+__device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" SPG_WGMMA_N128_D_REGS "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : SPG_WGMMA_N128_D_OPERANDS(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+#undef SPG_WGMMA_N128_D_OPERANDS
+#undef SPG_WGMMA_N128_D_REGS
 
 // ---- mbarriers (CTA scope)
 __device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
