@@ -9,6 +9,7 @@ scheduler) and :mod:`spgraph.torch` (drop-in ops, the torch executor).
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 Array = Any
+"""An array argument: any object exporting DLPack (``__dlpack__``) or a DLPack capsule."""
 
 STATUS_WORDS: int
 """int32 words of a StepStatus block (5 fault counts, a recorded flag, the first fault's record)."""
@@ -135,6 +136,7 @@ class RunError(RuntimeError):
     """Executor.run() / run_step() with check=True refused or failed a step; `result` holds the RunResult."""
 
     result: "RunResult"
+    """The RunResult of the refused or failed call."""
 
 class RunResult:
     """What one Executor.run() / run_eager() / run_step() / run_step_eager() reported (never raised unless check=True)."""
@@ -268,9 +270,13 @@ class Request:
     """A prompt to prefill: id, prompt_len, arrival_step."""
 
     id: int
+    """The request's id, unique among the requests a scheduler holds."""
     prompt_len: int
+    """Tokens to prefill, 1 .. max_model_len."""
     arrival_step: int
-    def __init__(self, id: int, prompt_len: int, arrival_step: int = 0) -> None: ...
+    """The first step that may schedule it."""
+    def __init__(self, id: int, prompt_len: int, arrival_step: int = 0) -> None:
+        """A request of `prompt_len` tokens that arrives at step `arrival_step`."""
 
 def make_workload(config: Any) -> List[Request]:
     """The requests of a seeded synthetic workload (serve_loop's): ids 0 .. n - 1, arrivals non-decreasing."""
@@ -282,22 +288,31 @@ class ChunkPlan:
     """One chunk of a scheduler step; pass it to Executor.run as it is (nothing is converted)."""
 
     slot_lists: bool
+    """Executor.run hands over the scheduler's insert slot mappings (True) or lets the device derive them from the block tables (False, the default)."""
     @property
-    def num_requests(self) -> int: ...
+    def num_requests(self) -> int:
+        """Requests in the chunk (at most R)."""
     @property
-    def num_tokens(self) -> int: ...
+    def num_tokens(self) -> int:
+        """New tokens in the chunk, over all its requests (at most T)."""
     @property
-    def window(self) -> int: ...
+    def window(self) -> int:
+        """W used for gather_lens (the layer program's window)."""
     @property
-    def request_ids(self) -> List[int]: ...
+    def request_ids(self) -> List[int]:
+        """[num_requests]: each request's id."""
     @property
-    def query_lens(self) -> List[int]: ...
+    def query_lens(self) -> List[int]:
+        """[num_requests]: each request's new tokens in this chunk (each >= 1)."""
     @property
-    def seq_lens(self) -> List[int]: ...
+    def seq_lens(self) -> List[int]:
+        """[num_requests]: each request's prefix plus query_len, after this chunk."""
     @property
-    def gather_lens(self) -> List[int]: ...
+    def gather_lens(self) -> List[int]:
+        """[num_requests]: min(seq_len, query_len + window - 1)."""
     @property
-    def query_start_loc(self) -> List[int]: ...
+    def query_start_loc(self) -> List[int]:
+        """[num_requests + 1]: each request's first token in the chunk, from 0 to num_tokens."""
     @property
     def ratios(self) -> List[int]:
         """The cache kinds of the plan: 1 (SWA) first, then each compression ratio."""
@@ -316,41 +331,54 @@ class StepPlan:
     """One scheduler step: its chunks, in the order they must run (Executor.run_step takes it whole)."""
 
     @property
-    def step(self) -> int: ...
+    def step(self) -> int:
+        """The step's index (the scheduler's next_step when it was formed)."""
     @property
-    def chunks(self) -> List[ChunkPlan]: ...
+    def chunks(self) -> List[ChunkPlan]:
+        """The step's chunks, in the order they must run (empty: nothing to run this step)."""
     @property
-    def started(self) -> List[int]: ...
+    def started(self) -> List[int]:
+        """Ids of the requests that got their first tokens in this step."""
     @property
-    def finished(self) -> List[int]: ...
+    def finished(self) -> List[int]:
+        """Ids of the requests prefilled to the end in this step."""
     @property
-    def num_tokens(self) -> int: ...
+    def num_tokens(self) -> int:
+        """Tokens of the step, over all its chunks."""
 
 class PrefillScheduler:
     """Chunked prefill over a stream of requests with paged cache blocks."""
 
-    def __init__(self, pipeline: Any, config: Any) -> None: ...
+    def __init__(self, pipeline: Any, config: Any) -> None:
+        """R, T, max_model_len, the cache kinds and W from `pipeline`, the step limits from `config` (a SchedulerConfig); raises ValueError naming an invalid field."""
     def submit(self, requests: Any) -> None:
         """Queues a Request or a list of them (ids unique among those held)."""
     def schedule(self) -> StepPlan:
         """Forms the next step (its plans stay valid until the next call releases finished requests' blocks)."""
     @property
-    def done(self) -> bool: ...
+    def done(self) -> bool:
+        """Nothing queued or running (the last finished requests' blocks return at the next schedule())."""
     @property
-    def next_step(self) -> int: ...
+    def next_step(self) -> int:
+        """The index of the step the next schedule() forms."""
     @property
-    def num_waiting(self) -> int: ...
+    def num_waiting(self) -> int:
+        """Requests submitted and not started, including those that have not arrived yet."""
     @property
-    def num_running(self) -> int: ...
+    def num_running(self) -> int:
+        """Requests started and not finished."""
     @property
-    def window(self) -> int: ...
-    def describe(self) -> str: ...
+    def window(self) -> int:
+        """W the chunks' gather_lens use (the pipeline's window)."""
+    def describe(self) -> str:
+        """The scheduler config in one line ('budget 8192 tokens/step, ...')."""
 
 # ------------------------------------------------------------------------------ synthetic front, checksum
 class SyntheticFront:
     """serve_loop's synthetic model front over a model's own arrays."""
 
-    def __init__(self, layers: Any) -> None: ...
+    def __init__(self, layers: Any) -> None:
+        """Resolves each layer's arrays once (dicts or objects with k_rows, compressed_k_rows, topk_indices, compress_ratio, top_k)."""
     def run(self, chunk: Any, seed: int, step: int, stream: int) -> None:
         """Fills the chunk's K rows, compressed K rows and top-k indices of every layer on `stream` (a StepPlan: the whole step's rows)."""
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -18,6 +19,7 @@
 #include "common/catch.hpp"
 #include "executor_test_util.hpp"
 #include "spgraph/graphs/executor.hpp"
+#include "spgraph/graphs/graph.hpp"
 #include "spgraph/graphs/pipeline.hpp"
 #include "spgraph/graphs/pipeline_pool.hpp"
 #include "spgraph/graphs/step.hpp"
@@ -364,9 +366,16 @@ TEST_CASE("a step of k chunks in one launch writes each chunk's rows as k single
           "[gpu][step]") {
   const model::PipelineConfig cfg = step_program();
   graphs::Executor ex(cfg, step_options());
+  const std::uint64_t before_warmup = graphs::GraphExec::instantiations();
   const graphs::WarmupReport report = ex.warmup();
   CHECK(report.step_graphs == 2 * ex.programs());
   CHECK(report.one_chunk_step_graphs == 2 * ex.programs() * ex.buckets().size());
+  // Every graph warm-up reports was instantiated, and the counter saw each: it counts.
+  const std::uint64_t after_warmup = graphs::GraphExec::instantiations();
+  CHECK(after_warmup - before_warmup ==
+        static_cast<std::uint64_t>(report.graphs + report.step_graphs + report.one_chunk_step_graphs +
+                                   report.flat_step_graphs + report.staged_step_graphs +
+                                   report.staged_one_chunk_graphs));
   // The buffers hold a whole step: max_step_tokens rows, and S / r + Q compressed K rows.
   for (std::size_t l = 0; l < cfg.layers.size(); ++l) {
     CHECK(ex.layer(l).q.extent(0) == static_cast<std::size_t>(kStepTokens));
@@ -379,7 +388,8 @@ TEST_CASE("a step of k chunks in one launch writes each chunk's rows as k single
   std::mt19937_64& rng = world.rng();
 
   // k = 1 .. 16 in a shuffled order: steps of different sizes follow each other on the graphs
-  // warm-up captured (the executor never captures after warm-up).
+  // warm-up captured (the executor never captures after warm-up: no graph is instantiated
+  // between warm-up and the end of the loop).
   std::vector<int> ks(16);
   std::iota(ks.begin(), ks.end(), 1);
   std::shuffle(ks.begin(), ks.end(), rng);
@@ -412,6 +422,7 @@ TEST_CASE("a step of k chunks in one launch writes each chunk's rows as k single
   CHECK(buckets_seen.size() >= 5);
   CHECK(one_request_chunks > 0);
   CHECK(full_chunks > 0);
+  CHECK(graphs::GraphExec::instantiations() == after_warmup);  // no graph made after warm-up
   CHECK(ex.read_run_faults().total() == 0);
 }
 
@@ -725,6 +736,7 @@ TEST_CASE("a step of no chunks launches and writes nothing", "[gpu][step]") {
     for (const LayerOutputs& o : after.outputs) {
       CHECK(std::all_of(o.out.begin(), o.out.end(), [](std::uint16_t v) { return v == 0xFFFF; }));
       CHECK(std::all_of(o.lse.begin(), o.lse.end(), [](float v) { return std::isnan(v); }));
+      CHECK(std::all_of(o.max_logits.begin(), o.max_logits.end(), [](float v) { return std::isnan(v); }));
     }
   }
 }

@@ -34,13 +34,29 @@ def torch_allocator_state():
     return {key: stats.get(key, 0) for key in _ALLOCATOR_COUNTERS}, torch.cuda.memory_reserved()
 
 
-def assert_torch_allocator_unchanged(state):
-    """Fails naming the first counter that moved since torch_allocator_state() gave `state`."""
+def assert_torch_allocator_unchanged(state, now=None):
+    """Fails naming the first counter that moved between torch_allocator_state()'s `state` and
+    `now` (another torch_allocator_state(); None: the allocator as it is now)."""
     counters, reserved = state
-    now = torch.cuda.memory_stats()
+    now_counters, now_reserved = torch_allocator_state() if now is None else now
     for key, value in counters.items():
-        assert now.get(key, 0) == value, key
-    assert torch.cuda.memory_reserved() == reserved
+        assert now_counters[key] == value, key
+    assert now_reserved == reserved
+
+
+def allocation_control(counter):
+    """The count `counter` reports for one real device allocation: torch's cache emptied, then a
+    tensor larger than any block it could hold, so torch must ask CUDA for memory. Run it with the
+    counter still attached after a loop measured at zero: only a count above zero here makes that
+    zero mean something. Moves torch's allocator (take torch_allocator_state() first)."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    counter.reset()
+    probe = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+    count = counter.count()
+    del probe
+    torch.cuda.empty_cache()  # the probe's 3 GiB back to the device
+    return count
 
 
 def attached_allocation_counter():

@@ -423,13 +423,21 @@ def test_cuda_graph_capture_and_replay_with_new_data_equal_eager():
         assert not ref.first_difference(static["swa"], eager_x["swa"], "swa cache after insert")
 
 
-def test_compile_fullgraph_equals_eager():
+@pytest.mark.parametrize("scalars", ["ints", "device_tensors"])
+def test_compile_fullgraph_equals_eager(scalars):
+    """Compiled whole with M and N of the combine as Python ints, and as one-element int32 device
+    tensors (graph inputs the kernel reads, so the traced graph reads no value back)."""
     x = step_inputs(4)
+    if scalars == "ints":
+        M, N = x["M"], x["N"]
+    else:
+        M = torch.tensor([x["M"]], dtype=torch.int32, device=DEV)
+        N = torch.tensor([x["N"]], dtype=torch.int32, device=DEV)
     eager_x = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in x.items()}
-    want = prefill_step(eager_x, fresh_kv(x), x["M"], x["N"])
+    want = prefill_step(eager_x, fresh_kv(x), M, N)
     torch._dynamo.reset()
     compiled = torch.compile(prefill_step, fullgraph=True)
-    got = compiled(x, fresh_kv(x), x["M"], x["N"])
+    got = compiled(x, fresh_kv(x), M, N)
     for a, b, name in zip(got, want, ("out", "max_logits", "lse")):
         diff = ref.first_difference(a, b, name)
         assert not diff, diff
@@ -449,10 +457,12 @@ def opcheck_cases():
     slots = torch.randperm(6 * 64, generator=g)[:10].int().to(DEV)
     status = torch.zeros(10, dtype=torch.int32, device=DEV)
     m_dev = torch.tensor([M], dtype=torch.int32, device=DEV)
+    n_dev = torch.tensor([N], dtype=torch.int32, device=DEV)
     return {
         "sparse_mla_fwd": (q, kv, idx, scale, 512, sink, lengths),
         "sparse_mla_fwd_out": (q, kv, idx, scale, 512, sink, lengths, *out, None),
         "combine_topk_swa_indices": (topk_indices, qsl, seqs, gathers, window, r, topk, 0, N, m_dev, None),
+        "combine_topk_swa_indices/M_N_device": (topk_indices, qsl, seqs, gathers, window, r, topk, 0, 0, m_dev, n_dev),
         "combine_topk_swa_indices_out": (topk_indices, qsl, seqs, gathers, window, r, topk, M, N, None, None,
                                          torch.full((T, width), -1, dtype=torch.int32, device=DEV),
                                          torch.empty(T, dtype=torch.int32, device=DEV), status),
@@ -465,10 +475,12 @@ def opcheck_cases():
 
 
 @pytest.mark.parametrize("name", ["sparse_mla_fwd", "sparse_mla_fwd_out", "combine_topk_swa_indices",
-                                  "combine_topk_swa_indices_out", "quantize_and_insert_k_cache",
-                                  "dequantize_and_gather_k_cache"])
+                                  "combine_topk_swa_indices/M_N_device", "combine_topk_swa_indices_out",
+                                  "quantize_and_insert_k_cache", "dequantize_and_gather_k_cache"])
 def test_opcheck(name):
-    torch.library.opcheck(getattr(torch.ops.spgraph, name).default, opcheck_cases()[name])
+    """A case is named by its op, then after '/' what it varies."""
+    op = name.split("/")[0]
+    torch.library.opcheck(getattr(torch.ops.spgraph, op).default, opcheck_cases()[name])
 
 
 # -------------------------------------------------------- no allocation, no sync, the stream

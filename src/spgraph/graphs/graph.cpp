@@ -1,6 +1,7 @@
 // Graph, GraphExec and CaptureGuard: see graph.hpp.
 #include "spgraph/graphs/graph.hpp"
 
+#include <atomic>
 #include <cstdio>
 
 #include "spgraph/core/error.hpp"
@@ -9,6 +10,10 @@
 namespace spg::graphs {
 
 using core::detail::report_release_failure;
+
+namespace {
+std::atomic<std::uint64_t> g_instantiations{0};  // GraphExec::instantiate() calls that succeeded
+}  // namespace
 
 Graph::~Graph() {
   if (handle_ != nullptr) report_release_failure("graph", cudaGraphDestroy(handle_));
@@ -33,9 +38,12 @@ GraphExec GraphExec::instantiate(const Graph& graph, cudaStream_t stream, unsign
   cudaGraphExec_t exec = nullptr;
   SPG_CUDA_TRY(cudaGraphInstantiate(&exec, graph.get(), flags));
   GraphExec owned(exec);
+  g_instantiations.fetch_add(1, std::memory_order_relaxed);
   SPG_CUDA_TRY(cudaGraphUpload(exec, stream));
   return owned;
 }
+
+std::uint64_t GraphExec::instantiations() noexcept { return g_instantiations.load(std::memory_order_relaxed); }
 
 GraphExec::~GraphExec() {
   if (handle_ != nullptr) report_release_failure("graph exec", cudaGraphExecDestroy(handle_));

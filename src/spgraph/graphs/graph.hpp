@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <utility>
 
 namespace spg::graphs {
@@ -36,6 +37,9 @@ class GraphExec {
   /// `flags`: cudaGraphInstantiateFlag* (0 for a graph the host launches).
   /// @throws CudaError when instantiation or upload fails.
   static GraphExec instantiate(const Graph& graph, cudaStream_t stream, unsigned long long flags = 0);
+  /// Graphs instantiate() has instantiated in this process so far: what shows that a replay path
+  /// captures and instantiates nothing (it stays unchanged across run() calls after warm-up).
+  [[nodiscard]] static std::uint64_t instantiations() noexcept;
   ~GraphExec();
   GraphExec(GraphExec&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
   GraphExec& operator=(GraphExec&& o) noexcept;
