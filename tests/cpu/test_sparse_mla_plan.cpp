@@ -50,8 +50,8 @@ TEST_CASE("sparse_mla plan: the split cost model reproduces the measured small r
     CHECK(std::fabs(predicted - m.us) <= 1.5);
   }
   // The split-dv pass (two CTAs per item; split_dv_block predicted at 0.8 before it ran) on the
-  // one-wave rows, sustained one-shot on the H200 (2026-12-03, docs/benchmarks.md, "The value
-  // columns split"): within the same 1.5 µs. (Its two-wave row, h128 s_q 64, measured 63.8 µs
+  // one-wave rows, sustained one-shot on the H200 (2026-12-03, docs/benchmarks.md, "Round 15"):
+  // within the same 1.5 µs. (Its two-wave row, h128 s_q 64, measured 63.8 µs
   // against 66.6 predicted: the model overprices a second wave there, which only keeps it off.)
   const Measured dv_rows[] = {{64, 64, 640, 0, 23.7}, {16, 64, 640, 0, 22.4}, {16, 128, 1152, 0, 33.7}};
   for (const Measured& m : dv_rows) {

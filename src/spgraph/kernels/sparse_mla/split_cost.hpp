@@ -28,7 +28,7 @@ struct SplitCostModel {
   double merge_us = 3.9;         ///< the merge kernel's fixed cost (its launch, the partials' latency)
   double merge_us_per_mb = 0.41; ///< per MB of fp32 partials (written by the slices, read by the merge)
   /// A split-dv CTA's block against the single pass's: predicted 0.8 before it ran; measured
-  /// 0.76-0.84 on the one-wave small rows (docs/benchmark_history.md, "The value columns split").
+  /// 0.76-0.84 on the one-wave small rows (docs/benchmark_history.md, "Issue 15 round 15").
   double split_dv_block = 0.8;
   /// A split must save more than this over the single pass: the fit's error on the rows it was
   /// fitted on is under 1 µs.
