@@ -1,7 +1,8 @@
-// Device code of the wgmma sparse MLA attention kernel (SparseMlaKernel::wgmma_single_pass and
-// wgmma_split_topk, see sparse_mla.hpp): sm_90a only, one CTA per work item on a 1-D grid of
-// s_q * (h_q / 64) * num_splits CTAs; an item is (token, 64 heads, top-k slice), and the single
-// pass has one slice. 384 threads = 3 warpgroups with specialized roles.
+// Device code of the wgmma sparse MLA attention kernel (SparseMlaKernel::wgmma_single_pass,
+// wgmma_split_topk and wgmma_split_dv, see sparse_mla.hpp): sm_90a only, one CTA per work item on
+// a 1-D grid of s_q * (h_q / 64) * num_splits CTAs (twice that for the split-dv pass, two CTAs an
+// item); an item is (token, 64 heads, top-k slice), and the single pass has one slice. 384
+// threads = 3 warpgroups with specialized roles.
 //
 //   WG2 (producer, 56 registers): loads the CTA's 64 query rows once, in two halves behind
 //       mbarriers of their own (left half, first kv block's left half, right half, ...: the order
