@@ -7,7 +7,9 @@ Ops: the rows of bench's tables A and C at the same shapes and the same timing (
 each call on one stream, inputs rotating over several sets so no call starts with its data in L2,
 the clocks warmed first): attention V4-C2/32768 and small-h128-k1152/8192/sq64 (sustained: 25 ms
 warm-up, >= 100 ms timed, as table A), insert/large, dequant-gather/large/window and /compressed,
-combine/large (single launches and 8 back to back, as table C). Host time per call (p50 of 300
+combine/large (single launches and 8 back to back, as table C), and each op's device time with
+the host out of it (queued: the launches enqueued behind a spin, against bench's chained and
+back-to-back figures). Host time per call (p50 of 300
 calls, wall clock around the call alone) through each layer: spgraph.torch (drop-in, current
 stream), torch.ops.spgraph (the custom op), spgraph (framework-neutral, int stream) and the
 extension itself.
@@ -111,6 +113,30 @@ def gpu_median_us(stream: torch.cuda.Stream, launch: Callable[[int], None], sets
     return statistics.median(times)
 
 
+def queued_gpu_us(stream: torch.cuda.Stream, launch: Callable[[int], None], sets: int, per_rep: int = 16,
+                  reps: int = 15) -> float:
+    """Device time per launch with the host out of it: each repetition's start event and `per_rep`
+    launches are enqueued behind a ~2 ms spin (torch.cuda._sleep) on the stream, so the device runs
+    them back to back whatever the Python call costs (bench's `--launch chain` for table A; its
+    table C launches queue behind each other on their own, C++ being faster than these kernels)."""
+    cycles = int(2e-3 * torch.cuda.get_device_properties(stream.device).clock_rate * 1e3)
+    with torch.cuda.stream(stream):
+        for i in range(2 * sets):
+            launch(i % sets)
+        stream.synchronize()
+        times: List[float] = []
+        for k in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(cycles)
+            e0.record(stream)
+            for j in range(per_rep):
+                launch((k * per_rep + j) % sets)
+            e1.record(stream)
+            e1.synchronize()
+            times.append(1000.0 * e0.elapsed_time(e1) / per_rep)
+    return statistics.median(times)
+
+
 def host_p50_us(call: Callable[[int], None], sets: int, n: int, stream: torch.cuda.Stream) -> float:
     """Wall time around each call alone (the device queue never fills: n calls of these sizes)."""
     clock = time.perf_counter_ns
@@ -164,6 +190,8 @@ def bench_attention(stream: torch.cuda.Stream, quick: bool, summary: List[tuple]
         us = gpu_median_us(stream, run, 1, 10 if small else 3, 50 if small else 20, warmup_ms=25.0,
                            min_timed_ms=100.0 if not quick else 20.0)
         record("attention", name, "spgraph-python", "gpu_us", us)
+        queued = queued_gpu_us(stream, run, 1, per_rep=8)
+        record("attention", name, "spgraph-python-queued", "gpu_us", queued)
         handle = stream.cuda_stream
         calls = {
             "spgraph.torch": run,
@@ -175,7 +203,7 @@ def bench_attention(stream: torch.cuda.Stream, quick: bool, summary: List[tuple]
                                                     handle),
         }
         host = layers_host(name, "attention", calls, 1, 100 if not small else 300, stream)
-        summary.append(("attention", name, us, host))
+        summary.append(("attention", name, us, host, queued))
 
 
 def random_rows(n: int, g: torch.Generator) -> torch.Tensor:
@@ -287,11 +315,13 @@ def bench_cache_kernels(stream: torch.cuda.Stream, warmer: Warmer, summary: List
         b2b = gpu_median_us(stream, launch, k, 3, 20, per_rep=8)
         record("kernels", name, "spgraph-python", "gpu_us", single)
         record("kernels", name, "spgraph-python-back-to-back", "gpu_us", b2b)
+        queued = queued_gpu_us(stream, launch, k)
+        record("kernels", name, "spgraph-python-queued", "gpu_us", queued)
         if nbytes:
             record("kernels", name, "spgraph-python", "gbps", nbytes / (single * 1e-6) / 1e9)
         host = layers_host(name, "kernels", {"spgraph.torch": launch, "spgraph": neutral[name], "_spgraph": raw[name]},
                            k, 300, stream)
-        summary.append(("kernels", name, single, host))
+        summary.append(("kernels", name, single, host, queued))
     stream.synchronize()
     faults = spgraph.fault_counts(status.tolist())
     total = sum(v for key, v in faults.items() if key != "first")
@@ -648,18 +678,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(o.json, "w") as f:
             json.dump(RECORDS, f, indent=1)
     print("\n== python_bench: ops from Python against bench (GPU us, median) and host us per call (p50) ==")
-    print(f"{'op':34s} {'bench':>9s} {'python':>9s} {'ratio':>6s} {'sp.torch':>9s} {'torch.ops':>9s} "
-          f"{'spgraph':>8s} {'_spgraph':>8s}")
-    for suite, name, us, host in summary:
+    print("   queued: launches behind a spin, so the device runs them back to back (against bench's")
+    print("   `--launch chain` for attention, its back-to-back launches for the kernels)")
+    print(f"{'op':34s} {'bench':>9s} {'python':>9s} {'ratio':>6s} {'b-queued':>9s} {'py-queued':>9s} {'ratio':>6s} "
+          f"{'sp.torch':>9s} {'torch.ops':>9s} {'spgraph':>8s} {'_spgraph':>8s}")
+    for row in summary:
+        suite, name, us, host = row[:4]
         if suite == "executor":
             continue
+        queued = row[4]
         ref = bench_value(bench, suite, name)
+        qref = bench_value(bench, suite, name, "spgraph+chain" if suite == "attention" else "spgraph-back-to-back")
         ratio = f"{us / ref:6.3f}" if ref else "     -"
-        print(f"{name:34s} {ref or math.nan:9.2f} {us:9.2f} {ratio} {host.get('spgraph.torch', math.nan):9.2f} "
-              f"{host.get('torch.ops.spgraph', math.nan):9.2f} {host.get('spgraph', math.nan):8.2f} "
-              f"{host.get('_spgraph', math.nan):8.2f}")
+        qratio = f"{queued / qref:6.3f}" if qref else "     -"
+        print(f"{name:34s} {ref or math.nan:9.2f} {us:9.2f} {ratio} {qref or math.nan:9.2f} {queued:9.2f} {qratio} "
+              f"{host.get('spgraph.torch', math.nan):9.2f} {host.get('torch.ops.spgraph', math.nan):9.2f} "
+              f"{host.get('spgraph', math.nan):8.2f} {host.get('_spgraph', math.nan):8.2f}")
     print("\n== Executor.run / run_step from Python: host us per call (waits excluded; CUPTI not loaded) ==")
-    for suite, name, _, host in summary:
+    for row in summary:
+        suite, name, _, host = row[:4]
         if suite == "executor":
             print(f"{name:40s} " + "  ".join(f"{k} {v:7.2f}" for k, v in host.items()))
     return 0
