@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::printf("usage: bench [--tables ABCDSLR] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--s-q N] [--splits N] [--no-ceilings] [--staging-reps N] [--json FILE]\n"
                   "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor), S (step staging,\n"
-                  "             host only, no GPU needed), L (table D's loop probe alone), R (where a step graph's\n"
+                  "             host only, no GPU needed), L (table D's property and loop probes alone), R (where a step graph's\n"
                   "             growing launch cost is paid) to run; - for none\n"
                   "  --quick    fewer rows and repetitions\n"
                   "  --rows     table A: only the rows whose name contains TEXT, or one of a comma-separated list\n"
@@ -204,7 +204,8 @@ int main(int argc, char** argv) {
       bench::run_launch_probe(rep);
       bench::run_step_benchmarks(rep);
     } else if (tables.find('L') != std::string::npos) {
-      bench::run_loop_probe(rep);  // part of table D
+      bench::run_property_probes(rep);  // part of table D
+      bench::run_loop_probe(rep);      // part of table D
     }
     if (tables.find('R') != std::string::npos) bench::run_relaunch_probe(rep);
     for (const char* suite : {"staging", "ceilings", "attention", "pipeline", "kernels", "executor"}) rep.print_table(suite);

@@ -180,7 +180,7 @@ void run_indirect_launch_probe(Reporter& rep, cudaStream_t stream) {
   }
 }
 
-enum class Property { plain, pdl, tensor_map, large_params, distinct, all };
+enum class Property { plain, pdl, tensor_map, large_params, distinct, all, joins };
 
 const char* property_name(Property p) {
   switch (p) {
@@ -189,6 +189,7 @@ const char* property_name(Property p) {
     case Property::tensor_map: return "tensor-map-param";
     case Property::large_params: return "2KiB-params";
     case Property::distinct: return "40-distinct-kernels";
+    case Property::joins: return "20-join-nodes";
     default: return "all-four";
   }
 }
@@ -228,14 +229,39 @@ cudaError_t launch_with(Property p, int k, cudaStream_t stream) {
   return cudaLaunchKernelEx(&cfg, empty_kernel, sink);
 }
 
+/// Captures 40 empty kernels as 20 forks and joins: kernel 2j on a side stream and 2j + 1 on
+/// `stream`, both after the join before them, so every pair ends in a node of two dependencies
+/// (a merge node).
+void capture_joins(cudaStream_t stream, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join) {
+  int* sink = nullptr;
+  for (int j = 0; j < 20; ++j) {
+    SPG_CUDA_TRY(cudaEventRecord(fork, stream));
+    SPG_CUDA_TRY(cudaStreamWaitEvent(side, fork, 0));
+    empty_kernel<<<1, 32, 0, side>>>(sink);
+    SPG_CUDA_TRY(cudaGetLastError());
+    empty_kernel<<<1, 32, 0, stream>>>(sink);
+    SPG_CUDA_TRY(cudaGetLastError());
+    SPG_CUDA_TRY(cudaEventRecord(join, side));
+    SPG_CUDA_TRY(cudaStreamWaitEvent(stream, join, 0));
+  }
+}
+
 /// cudaGraphLaunch host cost of a 40-kernel chain that adds one property of the real step graphs
-/// at a time (then all four): which of them makes a launch cost more than the plain chain.
+/// at a time (then all four, then 20 join nodes: the graph is no chain): which of them makes a
+/// launch cost more than the plain chain.
 void run_property_probe(Reporter& rep, cudaStream_t stream) {
+  core::Stream side;
+  core::Event fork(false);
+  core::Event join(false);
   for (Property p : {Property::plain, Property::pdl, Property::tensor_map, Property::large_params, Property::distinct,
-                     Property::all}) {
+                     Property::all, Property::joins}) {
     const graphs::GraphExec exec = [&] {
       graphs::CaptureGuard guard(stream);
-      for (int k = 0; k < 40; ++k) SPG_CUDA_TRY(launch_with(p, k, stream));
+      if (p == Property::joins) {
+        capture_joins(stream, side.get(), fork.get(), join.get());
+      } else {
+        for (int k = 0; k < 40; ++k) SPG_CUDA_TRY(launch_with(p, k, stream));
+      }
       return graphs::GraphExec::instantiate(guard.finish(), stream);
     }();
     const double us = median_launch_us(exec, stream);
@@ -887,6 +913,11 @@ void run_launch_probe(Reporter& rep) {
   run_load_probe(rep, stream.get());
   run_cupti_probe(rep, stream.get());
   run_loop_probe(rep);
+}
+
+void run_property_probes(Reporter& rep) {
+  core::Stream stream;
+  run_property_probe(rep, stream.get());
 }
 
 void run_loop_probe(Reporter& rep) {

@@ -21,6 +21,12 @@ namespace spg::bench {
 /// Then run_loop_probe.
 void run_launch_probe(Reporter& reporter);
 
+/// The property probes alone (`bench --tables L`, part of D): rows "launch-probe/property/<p>",
+/// metric host_launch_us: cudaGraphLaunch of 40 empty kernels, plain, with one property of the
+/// real graphs at a time (programmatic edges, a tensor-map parameter, 2 KiB parameters, 40 distinct
+/// kernels), all four, and as 20 forks and joins (merge nodes), on an idle device.
+void run_property_probes(Reporter& reporter);
+
 /// The loop probe (`bench --tables L` alone, part of D): rows "launch-probe/loop/<variant>/<k>
 /// chunks" (6-kernel bodies) and "launch-probe/loop-48/..." (48), metrics gpu_us_idle,
 /// gpu_us_steady, host_launch_us, host_launch_us_after_launch: the GPU and host cost of device-side
