@@ -394,14 +394,14 @@ TEST_CASE("sparse_mla: public correctness grid against the double reference", "[
             const Problem p = make_problem({d_qk, h_q, s_kv, topk, s_q}, f, ++seed);
             // s_q 213 runs the wgmma single pass; s_q 1 splits the top-k range where the cost
             // model prices it faster (topk >= 384 on 132 SMs); s_q 62 at h_q 64 (62 of 132 SMs)
-            // splits the value columns from topk 256 on. Each case also runs on the kernels
+            // splits the value columns from topk 384 on. Each case also runs on the kernels
             // automatic did not pick: the wgmma single pass, the wgmma split at s_q 1, the
             // split-dv pass at s_q 1 and 62; s_q 1 also runs the mma.sync split.
             const k::SparseMlaKernel chosen = expected_automatic(p);
             if (s_q == 213) CHECK(chosen == k::SparseMlaKernel::wgmma_single_pass);
             if (s_q == 1 && sm_count() == 132 && topk >= 384) CHECK(chosen == k::SparseMlaKernel::wgmma_split_topk);
             if (s_q == 62 && sm_count() == 132)
-              CHECK(chosen == (h_q == 64 && topk >= 256 ? k::SparseMlaKernel::wgmma_split_dv
+              CHECK(chosen == (h_q == 64 && topk >= 384 ? k::SparseMlaKernel::wgmma_split_dv
                                                          : k::SparseMlaKernel::wgmma_single_pass));
             std::vector<k::SparseMlaPath> paths = {k::SparseMlaPath::automatic};
             if (chosen != k::SparseMlaKernel::wgmma_single_pass) paths.push_back(k::SparseMlaPath::single_pass);

@@ -34,9 +34,9 @@ inline constexpr int kSparseMlaBlockRows = 64;
 /// into ceil(pairs / n) pairs is priced as waves of CTAs (a fixed cost per call and per later-wave
 /// CTA, a cost per block) plus, when split, the merge's fixed cost and its partials' bytes
 /// (kernels/sparse_mla/split_cost.hpp; constants and fit: docs/benchmark_history.md, "Split
-/// top-k"); the column halves are priced as a single pass of twice the CTAs at a smaller cost per
-/// block. On 132 SMs it splits e.g. s_q 16 at topk >= 384, splits the columns of h_q 64 s_q 64 at
-/// topk 640 and keeps h_q 128 s_q >= 64 whole at topk 1152. The choice depends on the static
+/// top-k"); the column halves are priced as a single pass of twice the CTAs at 0.9 of its cost per
+/// block. On 132 SMs it splits e.g. s_q 16 at topk >= 384, splits the columns of h_q 64 s_q 34-66
+/// at topk 640 and keeps h_q 128 s_q >= 64 whole at topk 1152. The choice depends on the static
 /// arguments and the SM count only.
 enum class SparseMlaPath : std::int32_t {
   automatic = 0,    ///< single_pass, or split_topk where the cost model prices the slices faster
