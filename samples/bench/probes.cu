@@ -89,8 +89,6 @@ cudaError_t launch_distinct(int k, cudaStream_t stream, std::integer_sequence<in
                           args, 0, stream);
 }
 
-__global__ void tail_launch_probe_kernel(cudaGraphExec_t exec) { (void)cudaGraphLaunch(exec, cudaStreamGraphTailLaunch); }
-
 /// Tail-launches `exec` and writes the device-side launch's status to *status.
 __global__ void tail_launch_checked_kernel(cudaGraphExec_t exec, int* status) {
   *status = static_cast<int>(cudaGraphLaunch(exec, cudaStreamGraphTailLaunch));
@@ -155,17 +153,18 @@ double median_launch_us(const graphs::GraphExec& exec, cudaStream_t stream) {
 /// kernel -> switch node over `bodies` bodies of K kernels each] (CUDA 12.8+ conditional nodes).
 void run_indirect_launch_probe(Reporter& rep, cudaStream_t stream) {
   core::DeviceBuffer value(4);
+  core::DeviceBuffer status(sizeof(int));
   SPG_CUDA_TRY(cudaMemsetAsync(value.data(), 0, 4, stream));
   for (int kernels : {1, 40, 320}) {
     const graphs::GraphExec device_graph = graphs::GraphExec::instantiate(
         capture_empty_kernels(stream, kernels), stream, cudaGraphInstantiateFlagDeviceLaunch);
-    const graphs::GraphExec launcher = [&] {
-      graphs::CaptureGuard guard(stream);
-      tail_launch_probe_kernel<<<1, 1, 0, stream>>>(device_graph.get());
-      SPG_CUDA_TRY(cudaGetLastError());
-      return graphs::GraphExec::instantiate(guard.finish(), stream);
-    }();
+    const graphs::GraphExec launcher = make_tail_launcher(device_graph.get(), static_cast<int*>(status.data()), stream);
+    SPG_CUDA_TRY(cudaMemsetAsync(status.data(), 0xFF, sizeof(int), stream));
     const double tail_us = median_launch_us(launcher, stream);
+    int launched = -1;  // the last device-side launch's status
+    SPG_CUDA_TRY(cudaMemcpy(&launched, status.data(), sizeof(int), cudaMemcpyDeviceToHost));
+    SPG_EXPECTS_AS(StateError, launched == 0,
+                   "bench: the device-side tail launch of " << kernels << " kernels returned " << launched);
 
     // [selector] -> switch over 3 bodies of `kernels` kernels; the selector picks body 0.
     const graphs::Graph g = build_large_switch(stream, static_cast<const int*>(value.data()), 3, kernels);

@@ -254,9 +254,11 @@ int sm_count() {
 k::SparseMlaKernel expected_automatic(const Problem& p) {
   const std::int64_t items = std::int64_t{p.s_q} * (p.h_q / 64);
   const int pairs = (p.topk / 64 + 1) / 2;
-  if (k::detail::automatic_split_dv(items, pairs, sm_count(), p.d_qk)) return k::SparseMlaKernel::wgmma_split_dv;
-  const bool split = k::detail::automatic_pairs_per_slice(items, pairs, sm_count(), p.d_qk) < pairs;
-  return split ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass;
+  const int pairs_per_slice = k::detail::automatic_pairs_per_slice(items, pairs, sm_count(), p.d_qk);
+  if (k::detail::automatic_split_dv(items, pairs, pairs_per_slice, sm_count(), p.d_qk)) {
+    return k::SparseMlaKernel::wgmma_split_dv;
+  }
+  return pairs_per_slice < pairs ? k::SparseMlaKernel::wgmma_split_topk : k::SparseMlaKernel::wgmma_single_pass;
 }
 
 std::string plan_name(const k::SparseMlaPlan& plan) {

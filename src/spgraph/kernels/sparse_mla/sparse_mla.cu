@@ -67,14 +67,14 @@ SparseMlaPlan make_plan(const SparseMlaArgs& a, int sms) noexcept {
     case SparseMlaPath::automatic:
     default: {
       // The wgmma kernel runs the blocks of an item in pairs, so slices hold whole pairs; how many
-      // per slice is the cost model's choice (split_cost.hpp).
-      // The column halves are priced against both (split_cost.hpp, automatic_split_dv).
-      if (detail::automatic_split_dv(items, pairs, sms, a.d_qk)) {
+      // per slice is the cost model's choice (split_cost.hpp), and the column halves are priced
+      // against it and the single pass.
+      const int pairs_per_split = detail::automatic_pairs_per_slice(items, pairs, sms, a.d_qk);
+      if (detail::automatic_split_dv(items, pairs, pairs_per_split, sms, a.d_qk)) {
         plan.kernel = SparseMlaKernel::wgmma_split_dv;
         plan.dv_parts = 2;
         break;
       }
-      const int pairs_per_split = detail::automatic_pairs_per_slice(items, pairs, sms, a.d_qk);
       plan.split = pairs_per_split < pairs;
       plan.kernel = plan.split ? SparseMlaKernel::wgmma_split_topk : SparseMlaKernel::wgmma_single_pass;
       if (plan.split) per_split = 2 * pairs_per_split;
@@ -363,8 +363,10 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   };
   if (plan.kernel == SparseMlaKernel::wgmma_split_dv) {
     pick(std::true_type{}, std::true_type{});
+  } else if (wgmma) {
+    pick(std::true_type{}, std::false_type{});
   } else {
-    wgmma ? pick(std::true_type{}, std::false_type{}) : pick(std::false_type{}, std::false_type{});
+    pick(std::false_type{}, std::false_type{});
   }
 
   detail::SparseMlaMergeParams& m = out.merge;

@@ -89,15 +89,16 @@ constexpr double split_dv_time_us(std::int64_t items, int pairs, int sms, int d_
   return m.call_us + cta_time + static_cast<double>(std::max<std::int64_t>(waves - 1, 0)) * (m.cta_us + cta_time);
 }
 
-/// Whether `automatic` splits the value columns: the split-dv pass must beat both the single pass
-/// and the slicing automatic_pairs_per_slice picks by more than `min_saving_us` (h_q 128 s_q 32,
-/// priced 3 µs under the slices with the predicted 0.8, measured 0.5 µs over them).
-constexpr bool automatic_split_dv(std::int64_t items, int pairs, int sms, int d_qk, const SplitCostModel& m = {}) noexcept {
+/// Whether `automatic` splits the value columns instead of running `pairs_per_slice` pairs a slice
+/// (automatic_pairs_per_slice's choice; `pairs` for the single pass): the split-dv pass must beat
+/// both the single pass and that slicing by more than `min_saving_us` (h_q 128 s_q 32, priced
+/// 3 µs under the slices with the predicted 0.8, measured 0.5 µs over them).
+constexpr bool automatic_split_dv(std::int64_t items, int pairs, int pairs_per_slice, int sms, int d_qk,
+                                  const SplitCostModel& m = {}) noexcept {
   if (items <= 0 || sms <= 0) return false;
   const double t = split_dv_time_us(items, pairs, sms, d_qk, m);
   const double single = split_time_us(items, pairs, pairs, sms, d_qk, m);
-  const int pps = automatic_pairs_per_slice(items, pairs, sms, d_qk, m);
-  return t < single - m.min_saving_us && t < split_time_us(items, pairs, pps, sms, d_qk, m) - m.min_saving_us;
+  return t < single - m.min_saving_us && t < split_time_us(items, pairs, pairs_per_slice, sms, d_qk, m) - m.min_saving_us;
 }
 
 }  // namespace spg::kernels::detail
