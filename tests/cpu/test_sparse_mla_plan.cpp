@@ -74,6 +74,63 @@ TEST_CASE("sparse_mla plan: the split cost model reproduces the measured small r
   CHECK(k::detail::automatic_pairs_per_slice(items_of(4096, 128), pairs_of(1024), kH200Sms, 512) == pairs_of(1024));
 }
 
+TEST_CASE("sparse_mla plan: automatic runs the fastest measured path of each small shape", "[sparse_mla]") {
+  // Every path the sweep of 2026-12-03 timed on the H200 (docs/benchmarks.md, "Round 16"; records
+  // in docs/results/runs/h200-2026-12-03-bb351fc-small-sweep.json): s_kv 8192, topk 640 (h_q 64)
+  // or 1152 (h_q 128), sustained one-shot µs, the median of three copies of the row. S = the single
+  // pass, V = the split-dv pass, T = top-k slices of `blocks` blocks each. The plan `automatic`
+  // makes must be one of the measured ones and within 1 µs (the model's margin) of the fastest.
+  enum Kind { S, T, V };
+  struct Measured {
+    int s_q, h_q;
+    Kind kind;
+    int blocks;  ///< blocks per slice (T only)
+    double us;
+  };
+  const Measured sweep[] = {
+      {8, 64, V, 0, 23.4}, {8, 64, S, 0, 24.9}, {8, 64, T, 1, 21.2}, {8, 64, T, 2, 18.4}, {8, 64, T, 3, 20.2},
+      {8, 64, T, 4, 20.0}, {8, 64, T, 5, 22.4}, {16, 64, V, 0, 23.5}, {16, 64, S, 0, 24.5}, {16, 64, T, 2, 19.2},
+      {16, 64, T, 3, 20.3}, {16, 64, T, 4, 20.1}, {16, 64, T, 5, 22.7}, {24, 64, V, 0, 23.2}, {24, 64, S, 0, 25.2},
+      {24, 64, T, 2, 21.6}, {24, 64, T, 3, 22.7}, {24, 64, T, 4, 20.8}, {24, 64, T, 5, 23.7}, {32, 64, V, 0, 23.5},
+      {32, 64, S, 0, 25.4}, {32, 64, T, 2, 30.5}, {32, 64, T, 3, 24.1}, {32, 64, T, 4, 22.4}, {32, 64, T, 5, 24.6},
+      {48, 64, V, 0, 24.8}, {48, 64, S, 0, 26.7}, {48, 64, T, 2, 36.9}, {48, 64, T, 3, 38.2}, {48, 64, T, 4, 32.6},
+      {48, 64, T, 5, 26.5}, {64, 64, V, 0, 23.8}, {64, 64, S, 0, 25.6}, {64, 64, T, 2, 49.4}, {64, 64, T, 3, 41.5},
+      {64, 64, T, 4, 36.6}, {64, 64, T, 5, 28.9}, {96, 64, V, 0, 40.1}, {96, 64, S, 0, 26.6}, {96, 64, T, 5, 46.3},
+      {128, 64, V, 0, 41.8}, {128, 64, S, 0, 27.7}, {128, 64, T, 5, 53.0}, {192, 64, V, 0, 59.4}, {192, 64, S, 0, 46.0},
+      {192, 64, T, 5, 79.0}, {256, 64, V, 0, 78.7}, {256, 64, S, 0, 50.5}, {256, 64, T, 5, 103.1}, {8, 128, V, 0, 34.0},
+      {8, 128, S, 0, 36.2}, {8, 128, T, 3, 23.4}, {8, 128, T, 4, 21.8}, {8, 128, T, 5, 23.6}, {8, 128, T, 6, 23.3},
+      {8, 128, T, 9, 28.4}, {16, 128, V, 0, 35.0}, {16, 128, S, 0, 37.9}, {16, 128, T, 4, 34.6}, {16, 128, T, 5, 26.7},
+      {16, 128, T, 6, 26.5}, {16, 128, T, 9, 29.5}, {24, 128, V, 0, 35.0}, {24, 128, S, 0, 37.8}, {24, 128, T, 4, 41.2},
+      {24, 128, T, 5, 43.8}, {24, 128, T, 6, 42.2}, {24, 128, T, 9, 32.1}, {24, 128, T, 10, 30.9}, {32, 128, V, 0, 35.8},
+      {32, 128, S, 0, 38.8}, {32, 128, T, 4, 56.3}, {32, 128, T, 5, 48.5}, {32, 128, T, 6, 44.5}, {32, 128, T, 9, 35.0},
+      {32, 128, T, 10, 33.3}, {48, 128, V, 0, 63.2}, {48, 128, S, 0, 39.1}, {48, 128, T, 4, 78.2}, {48, 128, T, 5, 70.8},
+      {48, 128, T, 6, 67.6}, {48, 128, T, 9, 59.2}, {64, 128, V, 0, 64.1}, {64, 128, S, 0, 39.7}, {64, 128, T, 4, 98.7},
+      {64, 128, T, 5, 93.1}, {64, 128, T, 6, 75.9}, {64, 128, T, 9, 65.2}, {96, 128, V, 0, 94.4}, {96, 128, S, 0, 70.1},
+      {96, 128, T, 9, 97.2}, {128, 128, V, 0, 126.0}, {128, 128, S, 0, 76.0}, {128, 128, T, 9, 127.1}, {192, 128, V, 0, 188.3},
+      {192, 128, S, 0, 114.1}, {192, 128, T, 9, 184.5}, {256, 128, V, 0, 251.4}, {256, 128, S, 0, 149.0}, {256, 128, T, 9, 241.3},
+  };
+  for (const int h_q : {64, 128}) {
+    for (const int s_q : {8, 16, 24, 32, 48, 64, 96, 128, 192, 256}) {
+      const k::SparseMlaPlan plan = automatic_plan(s_q, h_q, h_q == 64 ? 640 : 1152);
+      const Kind kind = plan.kernel == k::SparseMlaKernel::wgmma_split_dv    ? V
+                        : plan.kernel == k::SparseMlaKernel::wgmma_split_topk ? T
+                                                                              : S;
+      const int blocks = kind == T ? plan.blocks_per_split : 0;
+      double fastest = 1e30;
+      double chosen = -1.0;
+      for (const Measured& m : sweep) {
+        if (m.s_q != s_q || m.h_q != h_q) continue;
+        fastest = std::fmin(fastest, m.us);
+        if (m.kind == kind && m.blocks == blocks) chosen = m.us;
+      }
+      INFO("h_q " << h_q << " s_q " << s_q << ": automatic runs kind " << kind << " (" << blocks
+                  << " blocks a slice), measured " << chosen << " us; the fastest measured " << fastest << " us");
+      REQUIRE(chosen > 0.0);  // a plan the sweep did not time
+      CHECK(chosen - fastest <= 1.0);
+    }
+  }
+}
+
 TEST_CASE("sparse_mla plan: automatic takes the cost model's slicing", "[sparse_mla]") {
   SECTION("table A's small rows on 132 SMs") {
     const k::SparseMlaPlan h128_16 = automatic_plan(16, 128, 1152);
