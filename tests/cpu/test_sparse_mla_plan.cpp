@@ -123,7 +123,8 @@ TEST_CASE("sparse_mla plan: automatic runs the fastest measured path of each sma
         fastest = std::fmin(fastest, m.us);
         if (m.kind == kind && m.blocks == blocks) chosen = m.us;
       }
-      INFO("h_q " << h_q << " s_q " << s_q << ": automatic runs kind " << kind << " (" << blocks
+      const char* const names[] = {"the single pass", "top-k slices", "the split-dv pass"};
+      INFO("h_q " << h_q << " s_q " << s_q << ": automatic runs " << names[kind] << " (" << blocks
                   << " blocks a slice), measured " << chosen << " us; the fastest measured " << fastest << " us");
       REQUIRE(chosen > 0.0);  // a plan the sweep did not time
       CHECK(chosen - fastest <= 1.0);
