@@ -80,13 +80,12 @@ constexpr int automatic_pairs_per_slice(std::int64_t items, int pairs, int sms, 
 }
 
 /// The predicted time of `items` items of `pairs` block pairs each as a single pass with the
-/// value columns split over two CTAs per item.
+/// value columns split over two CTAs per item: a single pass of twice the items, each block at
+/// `split_dv_block` of the single pass's.
 constexpr double split_dv_time_us(std::int64_t items, int pairs, int sms, int d_qk, const SplitCostModel& m = {}) noexcept {
-  const std::int64_t ctas = 2 * items;
-  const std::int64_t waves = sms > 0 ? (ctas + sms - 1) / sms : ctas;
-  const double b = m.block_us * (d_qk + 512) / 1024.0 * m.split_dv_block;
-  const double cta_time = b * 2.0 * std::max(pairs, 1);
-  return m.call_us + cta_time + static_cast<double>(std::max<std::int64_t>(waves - 1, 0)) * (m.cta_us + cta_time);
+  SplitCostModel halves = m;
+  halves.block_us = m.block_us * m.split_dv_block;
+  return split_time_us(2 * items, pairs, pairs, sms, d_qk, halves);
 }
 
 /// Whether `automatic` splits the value columns instead of running `pairs_per_slice` pairs a slice
@@ -96,9 +95,9 @@ constexpr double split_dv_time_us(std::int64_t items, int pairs, int sms, int d_
 constexpr bool automatic_split_dv(std::int64_t items, int pairs, int pairs_per_slice, int sms, int d_qk,
                                   const SplitCostModel& m = {}) noexcept {
   if (items <= 0 || sms <= 0) return false;
-  const double t = split_dv_time_us(items, pairs, sms, d_qk, m);
-  const double single = split_time_us(items, pairs, pairs, sms, d_qk, m);
-  return t < single - m.min_saving_us && t < split_time_us(items, pairs, pairs_per_slice, sms, d_qk, m) - m.min_saving_us;
+  const double other = std::min(split_time_us(items, pairs, pairs, sms, d_qk, m),
+                                split_time_us(items, pairs, pairs_per_slice, sms, d_qk, m));
+  return split_dv_time_us(items, pairs, sms, d_qk, m) < other - m.min_saving_us;
 }
 
 }  // namespace spg::kernels::detail
