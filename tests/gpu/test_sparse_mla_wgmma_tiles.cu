@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(128, 1) wgmma_tile_kernel(const __nv_bfloat16*
     for (int i = 0; i < 128; ++i) o_rs[d::acc_row(x, i) * 512 + half * 256 + d::acc_col(x, i)] = o[i];
   }
 
-  d::store_acc_panel(sp, s, x, 1.0f, 1.0f);
-  d::store_a_frags_panel(sp2, a, x);
+  d::store_acc_panel(d::smem_addr(sp), s, x, 1.0f, 1.0f);
+  d::store_a_frags_panel(d::smem_addr(sp2), a, x);
   d::fence_proxy_async();
   __syncthreads();
   for (int i = x; i < 2048; i += 128) {

@@ -9,7 +9,8 @@
 //       the consumers' first k-steps need them), and gathers the slice's kv rows 64 at a time
 //       with 16-byte cp.async into two swizzled [64 x D] buffers K0 / K1 (masked rows
 //       zero-filled and never read; a 0 / -inf bias per row goes to shared memory, and per
-//       producer warp a byte saying whether any of its 16 rows of the block is masked).
+//       producer warp a byte saying whether any of its 16 rows of the block is masked). A
+//       thread's row sources are formed once a pair, for both halves of each buffer.
 //       Each buffer is split into a left half (panels 0-3: value columns 0-255) and a right half
 //       (panels 4.., the value columns 256-511 plus, at d_qk 576, the 64 rope columns), each with
 //       a full mbarrier and two empty ones, for its kv rows 0-31 and 32-63: the half's last
@@ -33,7 +34,8 @@
 //   rescale; the true max, kept apart, is what max_logits reports.
 //   A block with no masked row (and a positive scale) takes the softmax's short form: the scale
 //   goes into the exponent's FMA, no bias is read. A P panel whose rows need no factor is stored
-//   from the P V product's A fragments, packed once (issue 15 round 14).
+//   from the P V product's A fragments, packed once (issue 15 round 14); P panels are written
+//   with stmatrix (round 17).
 //   Row sums stay per warpgroup (each only sums its own block's P) and are added in the epilogue,
 //   which writes bf16 out (single pass) or the slice's unnormalized fp32 O and (m, l) for the
 //   merge kernel (split).
@@ -268,14 +270,22 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     };
     int next_raw[2][4];
     if (n_pairs > 0) load_indices(0, next_raw);
+    const __nv_bfloat16* const kv_chunk = p.kv + c8 * 8;  // this thread's chunk of kv's first row
     for (int pair = 0; pair < n_pairs; ++pair) {
-      int rows[2][4];  // kv row per (block of the pair, row slot); -1 = masked
+      // Per (block of the pair, row slot): the source of this thread's 16-byte chunk of the kv
+      // row, formed once for both halves of the buffer (a masked row reads nothing: its chunk is
+      // zero-filled from kv's first row), and a bit per masked row, 4 bb + i.
+      const __nv_bfloat16* src[2][4];
+      unsigned masked_rows = 0u;
 #pragma unroll
       for (int bb = 0; bb < 2; ++bb)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int id = next_raw[bb][i];
-          rows[bb][i] = id < 0 || id >= p.s_kv ? -1 : id;
+          // One unsigned compare: a negative index is above every s_kv.
+          const bool valid = static_cast<unsigned>(next_raw[bb][i]) < static_cast<unsigned>(p.s_kv);
+          const std::uint64_t row = valid ? static_cast<unsigned>(next_raw[bb][i]) : 0u;
+          src[bb][i] = kv_chunk + row * static_cast<std::uint64_t>(p.kv_row_stride);
+          if (!valid) masked_rows |= 1u << (4 * bb + i);
         }
       if (pair + 1 < n_pairs) load_indices(pair + 1, next_raw);
       const std::uint32_t parity = static_cast<std::uint32_t>(pair & 1) ^ 1u;
@@ -290,11 +300,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         if (step < 2) {
           if (c8 == 0) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) mask_s[bb * 64 + rsub + 16 * i] = rows[bb][i] >= 0 ? 0.0f : -CUDART_INF_F;
+            for (int i = 0; i < 4; ++i)
+              mask_s[bb * 64 + rsub + 16 * i] = (masked_rows >> (4 * bb + i)) & 1u ? -CUDART_INF_F : 0.0f;
           }
           // Lane 0 (a mask writer, so the same ordering before the fill's arrival) writes its
           // warp's byte: whether any of the warp's 16 rows of this block is masked.
-          const bool masked = rows[bb][0] < 0 || rows[bb][1] < 0 || rows[bb][2] < 0 || rows[bb][3] < 0;
+          const bool masked = ((masked_rows >> (4 * bb)) & 15u) != 0u;
           const unsigned any = __ballot_sync(0xffffffffu, masked);
           if ((x & 31) == 0) mask_any_s[bb * 4 + (x >> 5)] = any != 0u ? 1u : 0u;
         }
@@ -306,13 +317,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           // Rows 32-63 (i = 2, 3) once their part of the half is released too.
           if (i == 2) mbar_wait(empty_hi_bar(bb, hh), parity);
           const int r = rsub + 16 * i;
-          const int id = rows[bb][i];
-          const __nv_bfloat16* src = p.kv + c8 * 8;
-          if (id >= 0) src += static_cast<std::int64_t>(id) * p.kv_row_stride;
-          const int bytes = id >= 0 ? 16 : 0;
+          const int bytes = (masked_rows >> (4 * bb + i)) & 1u ? 0 : 16;
           const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
 #pragma unroll
-          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src + pn * 64, bytes);
+          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src[bb][i] + pn * 64, bytes);
         }
         fill_arrive(full_bar(bb, hh));
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
@@ -549,9 +557,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       // whose factors are all exactly 1 stores P0 as it is (the same bits) and skips O's rescale.
       const bool f_ones = __all_sync(0xffffffffu, f[0] == 1.0f && f[1] == 1.0f);
       if (f_ones) {
-        store_a_frags_panel(sm + L::kOffS0, pa, x);
+        store_a_frags_panel(s0a, pa, x);
       } else {
-        store_acc_panel(sm + L::kOffS0, s, x, f[0], f[1]);
+        store_acc_panel(s0a, s, x, f[0], f[1]);
       }
       fence_proxy_async();
       // d_qk 576: P0 sits in K0's rope panel; this thread's store (and its Q K0^T reads of the
@@ -626,7 +634,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       named_barrier_arrive(kWgBarM1, 256);
       std::uint32_t pa[4][4];
       pv_rs(k1a + 4 * 8192 + vcol, pa);  // O += P1 V1[:, 256:512]
-      store_a_frags_panel(sm + L::kOffS1, pa, x);  // P1 as packed for the product (the same bits)
+      store_a_frags_panel(s1a, pa, x);  // P1 as packed for the product (the same bits)
       // P0 V0 is issued before P1 is announced, so it queues on the tensor cores ahead of WG0's
       // P1 V1 and K0's right half (the next Q K0^T's) is released sooner. The fence covers both
       // the P1 panel (for WG0's product) and K0's right half (for this one).

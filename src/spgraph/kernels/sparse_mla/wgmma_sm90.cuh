@@ -284,24 +284,27 @@ __device__ __forceinline__ void acc_to_a_frag(const float (&s)[32], int kk, std:
   a[3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
 }
 
-/// Stores a thread's 16 words of a 64 x 64 bf16 P panel (8 KiB at `panel`, the 128B-swizzled
-/// K-major layout of swz_offset with 64 rows); w[n][h] packs the thread's accumulator elements
-/// 4n + 2h, 4n + 2h + 1 (row g + 8h of its warp's 16, columns 8n + 2t ..); x: the thread in its
-/// warpgroup. A warp's words for one (n, h) hit 32 distinct banks.
-__device__ __forceinline__ void store_panel_words(unsigned char* panel, const std::uint32_t (&w)[8][2], int x) {
-  const int r0 = 16 * (x >> 5) + ((x & 31) >> 2);
-  const int t = x & 3;
+/// Stores a thread's 16 words of a 64 x 64 bf16 P panel (8 KiB at shared address `panel`,
+/// 1024-byte aligned, the 128B-swizzled K-major layout of swz_offset with 64 rows); w[n][h] packs
+/// the thread's accumulator elements 4n + 2h, 4n + 2h + 1 (row g + 8h of its warp's 16, columns
+/// 8n + 2t ..); x: the thread in its warpgroup. Four stmatrix.x4, one per 16 columns: lane l
+/// addresses row l % 8 of tile l / 8, the tiles of step j being (column group 2j, rows 0-7), (2j,
+/// rows 8-15), (2j + 1, 0-7), (2j + 1, 8-15) of the warp's rows. Group 2j + b of row r sits at
+/// chunk (2j + b) ^ (r % 8) = (b ^ r % 8) ^ 2j, so step j is step 0's address with j in bits 5-6
+/// (the epilogue's out staging uses the same addressing). Eight rows of a tile hit distinct banks.
+__device__ __forceinline__ void store_panel_words(std::uint32_t panel, const std::uint32_t (&w)[8][2], int x) {
+  const int lane = x & 31;
+  const int tile = lane >> 3;
+  const std::uint32_t base = panel + static_cast<std::uint32_t>(16 * (x >> 5) + (lane & 7) + 8 * (tile & 1)) * 128u +
+                             static_cast<std::uint32_t>(((tile >> 1) ^ (lane & 7)) << 4);
 #pragma unroll
-  for (int n = 0; n < 8; ++n) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<std::uint32_t*>(panel + swz_offset(r0 + 8 * h, 8 * n + 2 * t, 64)) = w[n][h];
-  }
+  for (int j = 0; j < 4; ++j)
+    stmatrix_x4(base ^ static_cast<std::uint32_t>(j << 5), w[2 * j][0], w[2 * j][1], w[2 * j + 1][0], w[2 * j + 1][1]);
 }
 
 /// Stores a 64 x 64 fp32 accumulator, times per-row factors (f0 for rows g, f1 for rows g + 8),
 /// as bf16 into a P panel (store_panel_words' layout).
-__device__ __forceinline__ void store_acc_panel(unsigned char* panel, const float (&s)[32], int x, float f0, float f1) {
+__device__ __forceinline__ void store_acc_panel(std::uint32_t panel, const float (&s)[32], int x, float f0, float f1) {
   std::uint32_t w[8][2];
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
@@ -315,7 +318,7 @@ __device__ __forceinline__ void store_acc_panel(unsigned char* panel, const floa
 /// into a P panel: the same bits as store_acc_panel(panel, s, x, 1, 1) of the accumulator the
 /// fragments were packed from, with no conversion. Elements 4n + 2h, 4n + 2h + 1 are
 /// a[n / 2][2 (n % 2) + h].
-__device__ __forceinline__ void store_a_frags_panel(unsigned char* panel, const std::uint32_t (&a)[4][4], int x) {
+__device__ __forceinline__ void store_a_frags_panel(std::uint32_t panel, const std::uint32_t (&a)[4][4], int x) {
   std::uint32_t w[8][2];
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
