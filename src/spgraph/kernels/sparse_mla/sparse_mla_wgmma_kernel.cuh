@@ -254,7 +254,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       fill_arrive(bar);
     };
-    if (n_pairs > 0) load_q(0, 4, q_bar_left);
     const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
     // The index values of pair `pr` (-1 past the slice's valid part, which is never read, nor
     // past topk). Loaded one pair ahead, so their latency hides behind a pair's waits and fills
@@ -269,7 +268,20 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         }
     };
     int next_raw[2][4];
-    if (n_pairs > 0) load_indices(0, next_raw);
+    // Without topk_length the first pair's indices go out before Q's left half, since the first
+    // gather waits for them (a per-CTA timeline of V4-C1/8192: back ~2,150 cycles after the
+    // start when issued behind Q). With it, the index loads wait for the length anyway; Q first
+    // kept those rows at their time, indices first cost V4-C128A 0.3-0.4% in two runs (issue 15
+    // round 18, docs/benchmark_history.md).
+    if (n_pairs > 0) {
+      if (p.topk_length == nullptr) {
+        load_indices(0, next_raw);
+        load_q(0, 4, q_bar_left);
+      } else {
+        load_q(0, 4, q_bar_left);
+        load_indices(0, next_raw);
+      }
+    }
     const __nv_bfloat16* const kv_chunk = p.kv + c8 * 8;  // this thread's chunk of kv's first row
     for (int pair = 0; pair < n_pairs; ++pair) {
       // Per (block of the pair, row slot): the source of this thread's 16-byte chunk of the kv
@@ -337,6 +349,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         if (next < p.num_items && (p.token_offset == nullptr || at.token < __ldg(p.num_tokens))) {
           prefetch_l2_bulk(p.q + (static_cast<std::int64_t>(row_base) + at.token) * p.q_token_stride + at.head0 * D,
                            64u * D * 2u);
+          // And its first pair's indices (at most 128, inside its row), whose load from HBM
+          // otherwise holds up that CTA's first gather (issue 15 round 18).
+          const int j0 = at.split * p.blocks_per_split * 64;
+          const std::int32_t* nrow = p.indices + static_cast<std::int64_t>(at.token) * p.topk + j0;
+          const int lines = (min(128, p.topk - j0) + 31) >> 5;  // 128-byte lines
+          for (int l = 0; l < lines; ++l) prefetch_l2(nrow + 32 * l);
+          if (p.topk_length != nullptr) prefetch_l2(p.topk_length + at.token);
         }
       }
     }

@@ -245,6 +245,10 @@ __device__ __forceinline__ std::uint64_t l2_evict_normal() {
   asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
+/// Prefetch of the 128-byte line holding `src` into L2; nothing waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* src) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src) : "memory");
+}
 /// Bulk prefetch of `bytes` (a multiple of 16, 16-byte aligned) of global memory into L2; nothing
 /// to wait for.
 __device__ __forceinline__ void prefetch_l2_bulk(const void* src, std::uint32_t bytes) {
