@@ -139,6 +139,9 @@ TEST_CASE("an mbarrier wait that can never complete traps instead of hanging the
 // The child side: launched only by the cases above (hidden tag, and SPG_TRAP_CHILD set).
 TEST_CASE("trap child", "[.trap-child]") {
   const char* which = std::getenv(kChildVariable);
+  // A filter of negated tags alone selects hidden cases too: name this one among its exclusions.
+  INFO("the [trap] cases' child side, run by them with " << kChildVariable << " set; "
+       << "exclude it from negated filters with ~[.trap-child]");
   REQUIRE(which != nullptr);
   spg::core::DeviceBuffer reached(sizeof(int));
   SPG_CUDA_TRY(cudaMemset(reached.data(), 0, sizeof(int)));
