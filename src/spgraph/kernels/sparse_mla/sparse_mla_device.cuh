@@ -50,6 +50,11 @@ __device__ __forceinline__ int step_row_base(const std::int32_t* token_offset) {
   return token_offset != nullptr ? __ldg(token_offset) : 0;
 }
 
+/// Token `token`'s row of the index matrix (topk entries).
+__device__ __forceinline__ const std::int32_t* index_row(const SparseMlaParams& p, int token) {
+  return p.indices + static_cast<std::int64_t>(token) * p.topk;
+}
+
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 

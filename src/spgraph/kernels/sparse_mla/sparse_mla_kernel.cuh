@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) sparse_mla_kernel(const Sparse
   float* mask_s = reinterpret_cast<float*>(smem + L::kOffMask);
 
   auto load_indices = [&](const MlaItem& it, int b, int (&idx)[2]) {
-    const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(it.token) * p.topk + b * 64 + lrow;
+    const std::int32_t* idx_row = index_row(p, it.token) + b * 64 + lrow;
     idx[0] = __ldg(idx_row);
     idx[1] = __ldg(idx_row + 32);
   };

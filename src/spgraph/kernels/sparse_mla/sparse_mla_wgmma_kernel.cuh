@@ -136,6 +136,9 @@ __device__ __forceinline__ WgmmaItemPos wgmma_item_pos(const SparseMlaParams& p,
   return {th / groups, (th % groups) * 64, item % p.num_splits};
 }
 
+/// The first index (of the token's row) that top-k slice `split` covers.
+__device__ __forceinline__ int slice_j0(const SparseMlaParams& p, int split) { return split * p.blocks_per_split * 64; }
+
 /// One work item: (token, 64 heads, top-k slice) and the slice's valid index range [j0, j_end).
 struct WgmmaItem {
   int token;
@@ -157,7 +160,7 @@ __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int it
   int len = p.topk;
   if (p.topk_length != nullptr) len = min(max(__ldg(p.topk_length + it.token), 0), p.topk);
   if (p.num_tokens != nullptr && it.token >= __ldg(p.num_tokens)) len = 0;
-  it.j0 = it.split * p.blocks_per_split * 64;
+  it.j0 = slice_j0(p, it.split);
   it.j_end = min(len, it.j0 + p.blocks_per_split * 64);
   const int n_blocks = it.j_end > it.j0 ? (it.j_end - it.j0 + 63) >> 6 : 0;
   it.n_pairs = (n_blocks + 1) >> 1;
@@ -254,7 +257,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
       fill_arrive(bar);
     };
-    const std::int32_t* idx_row = p.indices + static_cast<std::int64_t>(token) * p.topk;
+    const std::int32_t* idx_row = index_row(p, token);
     // The index values of pair `pr` (-1 past the slice's valid part, which is never read, nor
     // past topk). Loaded one pair ahead, so their latency hides behind a pair's waits and fills
     // instead of delaying the next pair's first fill.
@@ -351,8 +354,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
                            64u * D * 2u);
           // And its first pair's indices (at most 128, inside its row), whose load from HBM
           // otherwise holds up that CTA's first gather (issue 15 round 18).
-          const int j0 = at.split * p.blocks_per_split * 64;
-          const std::int32_t* nrow = p.indices + static_cast<std::int64_t>(at.token) * p.topk + j0;
+          const int j0 = slice_j0(p, at.split);
+          const std::int32_t* nrow = index_row(p, at.token) + j0;
           const int lines = (min(128, p.topk - j0) + 31) >> 5;  // 128-byte lines
           for (int l = 0; l < lines; ++l) prefetch_l2(nrow + 32 * l);
           if (p.topk_length != nullptr) prefetch_l2(p.topk_length + at.token);
