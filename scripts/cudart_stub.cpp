@@ -93,6 +93,7 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int) {
     case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = 232448; break;
     case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrL2CacheSize: *v = 50 * 1024 * 1024; break;
     default: *v = 1; break;
   }
   return cudaSuccess;

@@ -1,7 +1,7 @@
 // What the launchers need to know about the current device, queried once per device.
 //
 // The ops size their grids from the SM count and pick kernels by compute capability on every
-// run(); asking the driver each time (three attribute queries) is host work an eager step repeats
+// run(); asking the driver each time (four attribute queries) is host work an eager step repeats
 // for every kernel. The answers never change for a device, so they are cached per device index.
 #pragma once
 
@@ -17,9 +17,10 @@ struct DeviceInfo {
   int sms{0};
   int major{0};
   int minor{0};
+  std::int64_t l2_bytes{0};  ///< the L2 cache's size
 };
 
-/// The current device's index, SM count and compute capability. The first call for a device
+/// The current device's index, SM count, compute capability and L2 size. The first call for a device
 /// queries the driver; later calls read the cache (cudaGetDevice is the only CUDA call).
 [[nodiscard]] cudaError_t current_device_info(DeviceInfo& info) noexcept;
 
