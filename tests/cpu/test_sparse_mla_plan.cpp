@@ -238,3 +238,23 @@ TEST_CASE("sparse_mla plan: automatic takes the cost model's slicing", "[sparse_
     CHECK(plan.num_splits == 1);
   }
 }
+
+TEST_CASE("sparse_mla plan: the next wave's Q rows are prefetched only while the kv rows fit a third of L2", "[sparse_mla]") {
+  // H200: 50 MiB of L2. Table A's rows (issue 15 round 19): kv at s_kv 8192 is 8 MiB (d_qk 512)
+  // or 9 MiB (576); at 32768 and more, 32-151 MiB. The L2 probe (bench --s-kv) found the
+  // prefetch ahead up to 12 MiB, even at 16 MiB, behind from 20 MiB.
+  constexpr std::int64_t kL2 = 50LL << 20;
+  CHECK(k::detail::prefetch_q_rows_pays(8192, 512, kL2));
+  CHECK(k::detail::prefetch_q_rows_pays(8192, 576, kL2));
+  CHECK(k::detail::prefetch_q_rows_pays(12288, 576, kL2));
+  CHECK(k::detail::prefetch_q_rows_pays(16384, 512, kL2));
+  CHECK_FALSE(k::detail::prefetch_q_rows_pays(20480, 512, kL2));
+  CHECK_FALSE(k::detail::prefetch_q_rows_pays(24576, 512, kL2));
+  CHECK_FALSE(k::detail::prefetch_q_rows_pays(32768, 512, kL2));
+  CHECK_FALSE(k::detail::prefetch_q_rows_pays(65536, 512, kL2));
+  CHECK_FALSE(k::detail::prefetch_q_rows_pays(131072, 576, kL2));
+  // The bound: s_kv * stride * 2 bytes <= L2 / 3, a padded row stride counted whole.
+  CHECK(k::detail::prefetch_q_rows_pays(kL2 / 6 / 640, 640, kL2));
+  CHECK_FALSE(k::detail::prefetch_q_rows_pays(kL2 / 6 / 640 + 1, 640, kL2));
+  CHECK(k::detail::prefetch_q_rows_pays(1 << 20, 512, 0));  // L2 size not known: prefetch
+}

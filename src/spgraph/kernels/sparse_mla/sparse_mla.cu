@@ -347,8 +347,13 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   const bool wgmma = is_wgmma(plan.kernel);
   out.grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
   p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks
+  p.prefetch_q_rows = detail::prefetch_q_rows_pays(a.s_kv, a.kv_row_stride, info.l2_bytes);
 #ifdef SPGRAPH_WGMMA_NO_Q_PREFETCH
   p.q_prefetch_ahead = 0;  // A/B switch (issue 15 round 11): no next-wave Q prefetch
+#endif
+#ifdef SPGRAPH_WGMMA_Q_ROWS_PREFETCH
+  // A/B switch (issue 15 round 19): =1 (or bare) the Q rows prefetched at every s_kv, =0 at none
+  p.prefetch_q_rows = SPGRAPH_WGMMA_Q_ROWS_PREFETCH != 0;
 #endif
   const auto pick = [&](auto wgmma_tag, auto split_dv_tag) {
     constexpr bool kWgmma = decltype(wgmma_tag)::value;

@@ -100,4 +100,15 @@ constexpr bool automatic_split_dv(std::int64_t items, int pairs, int pairs_per_s
   return split_dv_time_us(items, pairs, sms, d_qk, m) < other - m.min_saving_us;
 }
 
+/// Whether the wgmma kernel's CTAs prefetch into L2 the Q rows of the CTA one wave later (64 KB
+/// each, a wave's 8.4 MB on 132 SMs): only while the kv rows the call may gather, s_kv rows of
+/// kv_row_stride bf16 elements, fit in a third of the L2. Past that, the prefetched rows displace
+/// kv rows that later gathers miss on. Measured on the H200 (50 MiB; issue 15 round 19,
+/// docs/benchmark_history.md), the prefetch against none on the same rows: 0.3-1.6% faster with
+/// 8 and 12 MiB of kv rows, a tie at 16 MiB, 0.2-1.2% slower at 20-28 MiB and 0.3-1.6% slower on
+/// table A's rows of 32 MiB and more. l2_bytes 0 (not known): prefetch.
+constexpr bool prefetch_q_rows_pays(std::int64_t s_kv, std::int64_t kv_row_stride, std::int64_t l2_bytes) noexcept {
+  return l2_bytes <= 0 || 3 * s_kv * kv_row_stride * 2 <= l2_bytes;
+}
+
 }  // namespace spg::kernels::detail
