@@ -4,7 +4,7 @@
 # per-TU flag such as --use_fast_math through SPGRAPH_ATTENTION_CUDA_FLAGS, or a kernel switch),
 # which scripts/attention_ab.sh cannot time side by side as paths of one binary.
 #
-# usage: scripts/attention_ab_bins.sh --rows LIST [--rounds N] [--launch MODE] [--burst] NAME=BIN_DIR NAME=BIN_DIR ...
+# usage: scripts/attention_ab_bins.sh --rows LIST [--rounds N] [--launch MODE] [--burst] [--s-kv N] NAME=BIN_DIR NAME=BIN_DIR ...
 #   each BIN_DIR holds a `bench` built for sm_90a; the first NAME is the reference of the A/B
 #   --rows    table A rows whose name contains one of the comma-separated parts (required: each
 #             invocation measures the ceilings first, about 2 s, so keep the list short)
@@ -13,6 +13,7 @@
 #   --launch  bench's --launch mode: oneshot (default), prepared, chain or gated (docs/benchmarks.md, A)
 #   --burst   bench's --burst: 3 (small rows 10) warm-up calls and 20 (50) timed, not the sustained
 #             25 ms and 100 ms: with the sustained A/B, how much of a difference is the power cap's
+#   --s-kv    bench's --s-kv: every row over N kv rows (named .../kvN, no FlashMLA ratio)
 # BENCH_TIMEOUT (s, default 600) bounds each invocation, so a stuck one still leaves the summary.
 # Writes under $OUT (default /tmp/attention_ab_bins): bench_<NAME>_r<R>.{log,json}, ab_bins.txt.
 # Prints last one line per (row, binary): median over the rounds of bench's sustained time (µs),
@@ -23,6 +24,7 @@ ROWS=""
 ROUNDS=2
 LAUNCH=oneshot
 BURST=()
+SKV=()
 BINS=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -30,12 +32,13 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --launch) LAUNCH=$2; shift 2 ;;
     --burst) BURST=(--burst); shift ;;
+    --s-kv) SKV=(--s-kv "$2"); shift 2 ;;
     *=*) BINS+=("$1"); shift ;;
     *) echo "$0: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 if [[ -z $ROWS || ${#BINS[@]} -lt 2 ]]; then
-  echo "usage: $0 --rows LIST [--rounds N] [--launch MODE] [--burst] NAME=BIN_DIR NAME=BIN_DIR ..." >&2
+  echo "usage: $0 --rows LIST [--rounds N] [--launch MODE] [--burst] [--s-kv N] NAME=BIN_DIR NAME=BIN_DIR ..." >&2
   exit 2
 fi
 case $LAUNCH in
@@ -55,7 +58,7 @@ for ((r = 0; r < ROUNDS; ++r)); do
     name=${b%%=*}
     dir=${b#*=}
     t0=$SECONDS
-    timeout "${BENCH_TIMEOUT:-600}" "$dir/bench" --tables A --rows "$ROWS" --paths automatic --launch "$LAUNCH" "${BURST[@]}" --json "$OUT/bench_${name}_r$r.json" \
+    timeout "${BENCH_TIMEOUT:-600}" "$dir/bench" --tables A --rows "$ROWS" --paths automatic --launch "$LAUNCH" "${BURST[@]}" "${SKV[@]}" --json "$OUT/bench_${name}_r$r.json" \
       >"$OUT/bench_${name}_r$r.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc

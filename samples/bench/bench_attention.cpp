@@ -225,8 +225,13 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       row.s_q = opt.s_q;
       row.flashmla_us = 0;  // FlashMLA's figures are of the rows' own s_q
     }
-    const std::string row_name = std::string(row.label) + "/" + std::to_string(row.s_kv) +
-                                 (row.s_q != 4096 ? "/sq" + std::to_string(row.s_q) : std::string());
+    std::string row_name = std::string(row.label) + "/" + std::to_string(row.s_kv) +
+                           (row.s_q != 4096 ? "/sq" + std::to_string(row.s_q) : std::string());
+    if (opt.s_kv > 0) {
+      row_name += "/kv" + std::to_string(opt.s_kv);
+      row.s_kv = opt.s_kv;
+      row.flashmla_us = 0;  // and of their own s_kv
+    }
     if (!row_filters.empty() && std::none_of(row_filters.begin(), row_filters.end(), [&](const std::string& f) {
           return row_name.find(f) != std::string::npos;
         }))

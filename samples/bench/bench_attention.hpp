@@ -42,6 +42,10 @@ struct AttentionOptions {
   /// with its s_q ("V4-C1/8192/sq4092") and has no FlashMLA figure. For the wave probe: a
   /// single-pass grid of s_q * h_q / 64 CTAs that is a whole number of waves, or one more.
   int s_q{0};
+  /// Rows of the kv cache (s_kv) of every row instead of the row's own, 0 = the row's: the row is
+  /// then named with both ("V4-C1/8192/kv24576") and has no FlashMLA figure. For the L2 probe:
+  /// where a call's kv rows stop fitting in L2 (sparse_mla's prefetch_q_rows_pays).
+  int s_kv{0};
   /// Top-k slices of the split paths (SparseMlaArgs::num_splits), 0 = the shape's choice.
   int num_splits{0};
 };
@@ -50,7 +54,8 @@ struct AttentionOptions {
 inline constexpr int kChainLaunches = 8;
 
 /// @brief Times the rows of table A and records, per row, suite "attention", name
-///        "<label>/<s_kv>" (e.g. "V4-C2/32768"; small chunks "<label>/<s_kv>/sq<s_q>"), variant
+///        "<label>/<s_kv>" (e.g. "V4-C2/32768"; small chunks "<label>/<s_kv>/sq<s_q>"; "/kv<N>" appended
+///        with AttentionOptions::s_kv), variant
 ///        "spgraph" (the automatic path) or "spgraph-<path>" (e.g. "spgraph-split-topk"),
 ///        metrics "gpu_us" and "tflops" (medians), "gpu_us_round<r>" (each round's median, with
 ///        several rounds), "kernel" (the kernels::SparseMlaKernel value of the plan that ran; the

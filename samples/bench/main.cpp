@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   std::string paths;
   int rounds = 1;
   int s_q = 0;
+  int s_kv = 0;
   int splits = 0;
   int staging_reps = 20000;
   bool quick = false;
@@ -102,6 +103,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench: --s-q needs a token count in [1, 65536]\n");
         return 2;
       }
+    } else if (a == "--s-kv" && i + 1 < argc) {
+      s_kv = std::atoi(argv[++i]);
+      if (s_kv < 1 || s_kv > (1 << 22)) {
+        std::fprintf(stderr, "bench: --s-kv needs a kv row count in [1, 4194304]\n");
+        return 2;
+      }
     } else if (a == "--splits" && i + 1 < argc) {
       splits = std::atoi(argv[++i]);
       if (splits < 0 || splits > 256) {
@@ -127,7 +134,7 @@ int main(int argc, char** argv) {
     } else if (a == "--burst") {
       burst = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench [--tables ABCDSLR] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--s-q N] [--splits N] [--no-ceilings] [--staging-reps N] [--json FILE]\n"
+      std::printf("usage: bench [--tables ABCDSLR] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--s-q N] [--s-kv N] [--splits N] [--no-ceilings] [--staging-reps N] [--json FILE]\n"
                   "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor), S (step staging,\n"
                   "             host only, no GPU needed), L (table D's property and loop probes alone), R (where a step graph's\n"
                   "             growing launch cost is paid) to run; - for none\n"
@@ -145,6 +152,8 @@ int main(int argc, char** argv) {
                   "             the kernel's device time from an idle start, without the host's launch)\n"
                   "  --s-q N    table A: every row with N tokens instead of its own (named .../sqN, no FlashMLA\n"
                   "             figure): the wave probe, e.g. V4-C1 at 4092 (31 waves of 132 CTAs) against 4096\n"
+                  "  --s-kv N   table A: every row over N kv rows instead of its own (named .../kvN, no FlashMLA\n"
+                  "             figure): the L2 probe, e.g. V4-C1/8192 at 24576 rows (24 MiB) against 32768\n"
                   "  --splits N table A: N top-k slices on the split paths instead of the shape's choice\n"
                   "  --no-ceilings  skip the copy and GEMM ceilings (2 s; for repeated A/B invocations in one run)\n"
                   "  --staging-reps  table S: repetitions per row (default 20000; median of them)\n"
@@ -194,6 +203,7 @@ int main(int argc, char** argv) {
       attention.rounds = rounds;
       attention.launch = launch;
       attention.s_q = s_q;
+      attention.s_kv = s_kv;
       attention.num_splits = splits;
       bench::run_attention_benchmarks(rep, stream.get(), attention);
     }
