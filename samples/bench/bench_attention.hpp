@@ -44,7 +44,7 @@ struct AttentionOptions {
   int s_q{0};
   /// Rows of the kv cache (s_kv) of every row instead of the row's own, 0 = the row's: the row is
   /// then named with both ("V4-C1/8192/kv24576") and has no FlashMLA figure. For the L2 probe:
-  /// where a call's kv rows stop fitting in L2 (sparse_mla's prefetch_q_rows_pays).
+  /// where a call's kv rows stop fitting in L2 (sparse_mla's kv_rows_fit_l2).
   int s_kv{0};
   /// Top-k slices of the split paths (SparseMlaArgs::num_splits), 0 = the shape's choice.
   int num_splits{0};

@@ -239,22 +239,38 @@ TEST_CASE("sparse_mla plan: automatic takes the cost model's slicing", "[sparse_
   }
 }
 
-TEST_CASE("sparse_mla plan: the next wave's Q rows are prefetched only while the kv rows fit a third of L2", "[sparse_mla]") {
-  // H200: 50 MiB of L2. Table A's rows (issue 15 round 19): kv at s_kv 8192 is 8 MiB (d_qk 512)
-  // or 9 MiB (576); at 32768 and more, 32-151 MiB. The L2 probe (bench --s-kv) found the
-  // prefetch ahead up to 12 MiB, even at 16 MiB, behind from 20 MiB.
+TEST_CASE("sparse_mla plan: rows go to L2 ahead of their use only while the kv rows fit their share of L2", "[sparse_mla]") {
+  // H200: 50 MiB of L2. Table A's rows (issue 15 rounds 19, 20): kv at s_kv 8192 is 8 MiB (d_qk 512)
+  // or 9 MiB (576); at 32768 and more, 32-151 MiB. The L2 probe (bench --s-kv) found the next
+  // wave's Q prefetch ahead up to 12 MiB, even at 16 MiB, behind from 20 MiB; the kv gathers'
+  // 256-byte prefetch ahead at 8 MiB, even or behind from 12 MiB.
   constexpr std::int64_t kL2 = 50LL << 20;
-  CHECK(k::detail::prefetch_q_rows_pays(8192, 512, kL2));
-  CHECK(k::detail::prefetch_q_rows_pays(8192, 576, kL2));
-  CHECK(k::detail::prefetch_q_rows_pays(12288, 576, kL2));
-  CHECK(k::detail::prefetch_q_rows_pays(16384, 512, kL2));
-  CHECK_FALSE(k::detail::prefetch_q_rows_pays(20480, 512, kL2));
-  CHECK_FALSE(k::detail::prefetch_q_rows_pays(24576, 512, kL2));
-  CHECK_FALSE(k::detail::prefetch_q_rows_pays(32768, 512, kL2));
-  CHECK_FALSE(k::detail::prefetch_q_rows_pays(65536, 512, kL2));
-  CHECK_FALSE(k::detail::prefetch_q_rows_pays(131072, 576, kL2));
-  // The bound: s_kv * stride * 2 bytes <= L2 / 3, a padded row stride counted whole.
-  CHECK(k::detail::prefetch_q_rows_pays(kL2 / 6 / 640, 640, kL2));
-  CHECK_FALSE(k::detail::prefetch_q_rows_pays(kL2 / 6 / 640 + 1, 640, kL2));
-  CHECK(k::detail::prefetch_q_rows_pays(1 << 20, 512, 0));  // L2 size not known: prefetch
+  const auto q_rows = [](std::int64_t s_kv, std::int64_t stride) {
+    return k::detail::kv_rows_fit_l2(s_kv, stride, kL2, k::detail::kQRowsPrefetchL2Share);
+  };
+  const auto kv_hint = [](std::int64_t s_kv, std::int64_t stride) {
+    return k::detail::kv_rows_fit_l2(s_kv, stride, kL2, k::detail::kKvL2PrefetchL2Share);
+  };
+  CHECK(q_rows(8192, 512));
+  CHECK(q_rows(8192, 576));
+  CHECK(q_rows(12288, 576));
+  CHECK(q_rows(16384, 512));
+  CHECK_FALSE(q_rows(20480, 512));
+  CHECK_FALSE(q_rows(24576, 512));
+  CHECK_FALSE(q_rows(32768, 512));
+  CHECK_FALSE(q_rows(131072, 576));
+  CHECK(kv_hint(8192, 512));
+  CHECK(kv_hint(8192, 576));
+  CHECK_FALSE(kv_hint(12288, 512));
+  CHECK_FALSE(kv_hint(16384, 512));
+  CHECK_FALSE(kv_hint(32768, 512));
+  CHECK_FALSE(kv_hint(65536, 512));
+  // The bounds: s_kv * stride * 2 bytes <= L2 / share, a padded row stride counted whole.
+  CHECK(q_rows(kL2 / 6 / 640, 640));
+  CHECK_FALSE(q_rows(kL2 / 6 / 640 + 1, 640));
+  CHECK(kv_hint(kL2 / 10 / 640, 640));
+  CHECK_FALSE(kv_hint(kL2 / 10 / 640 + 1, 640));
+  // L2 size not known: prefetch
+  CHECK(k::detail::kv_rows_fit_l2(1 << 20, 512, 0, k::detail::kQRowsPrefetchL2Share));
+  CHECK(k::detail::kv_rows_fit_l2(1 << 20, 512, 0, k::detail::kKvL2PrefetchL2Share));
 }

@@ -9,12 +9,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "common/sparse_mla_shape_args.hpp"
 #include "gpu/late_writer.hpp"
 #include "gpu/sparse_mla_test_util.hpp"
+#include "spgraph/core/device_info.hpp"
 #include "spgraph/kernels/sparse_mla/split_cost.hpp"
 #include "spgraph/kernels/sparse_mla/wgmma_desc.hpp"
 
@@ -212,6 +215,21 @@ Outputs run_mode(DeviceProblem& d, Mode mode, cudaStream_t stream) {
     graph.replay(stream);
   }
   return download(d);
+}
+
+/// The rows of `tokens`, in that order (the layout of a reference run for those tokens).
+Outputs token_rows(const Outputs& o, int h_q, std::span<const int> tokens) {
+  Outputs r;
+  const auto h = static_cast<std::size_t>(h_q);
+  for (const int t : tokens) {
+    const auto row = static_cast<std::size_t>(t) * h;
+    r.out.insert(r.out.end(), o.out.begin() + static_cast<std::ptrdiff_t>(row * k::kSparseMlaDv),
+                 o.out.begin() + static_cast<std::ptrdiff_t>((row + h) * k::kSparseMlaDv));
+    r.max_logits.insert(r.max_logits.end(), o.max_logits.begin() + static_cast<std::ptrdiff_t>(row),
+                        o.max_logits.begin() + static_cast<std::ptrdiff_t>(row + h));
+    r.lse.insert(r.lse.end(), o.lse.begin() + static_cast<std::ptrdiff_t>(row), o.lse.begin() + static_cast<std::ptrdiff_t>(row + h));
+  }
+  return r;
 }
 
 std::vector<int> all_tokens(int s_q) {
@@ -843,6 +861,38 @@ TEST_CASE("sparse_mla: d_qk 576 over many block pairs per CTA: repeats bit-ident
     }
     INFO(label << ": repeats (of 16) not bit-identical to the first run: " << differing);
     CHECK(differing == 0);
+  }
+}
+
+TEST_CASE("sparse_mla: kv rows beyond their share of L2 (no Q rows nor 256-byte kv prefetch into L2) against the reference",
+          "[gpu][sparse_mla]") {
+  // Past kv_rows_fit_l2 the wgmma kernel neither prefetches the next wave's Q rows nor gathers kv
+  // rows with a 256-byte L2 prefetch (issue 15 rounds 19, 20): the path of table A's long rows,
+  // which the other cases (s_kv <= 8192) do not reach. s_q 140 at h_q 128 is 280 CTAs, so the
+  // next-wave prefetch of the first indices runs too; the tokens checked include CTAs of the
+  // second and third waves. On the single pass and both splits (one gather code).
+  spg::core::DeviceInfo info;
+  REQUIRE(spg::core::current_device_info(info) == cudaSuccess);
+  REQUIRE(info.l2_bytes > 0);
+  spg::core::Stream stream;
+  std::uint64_t seed = 9400;
+  const std::vector<int> tokens = {0, 1, 65, 66, 67, 131, 132, 133, 138, 139};
+  for (const int d_qk : {512, 576}) {
+    for (const int h_q : {64, 128}) {
+      const int s_kv = static_cast<int>(info.l2_bytes / (3 * 2 * d_qk)) + 512;
+      const Problem p = make_problem({d_qk, h_q, s_kv, 512, 140}, {.sink = true, .extra_invalid = 0.05}, ++seed);
+      REQUIRE_FALSE(k::detail::kv_rows_fit_l2(p.s_kv, p.stride, info.l2_bytes, k::detail::kQRowsPrefetchL2Share));
+      REQUIRE_FALSE(k::detail::kv_rows_fit_l2(p.s_kv, p.stride, info.l2_bytes, k::detail::kKvL2PrefetchL2Share));
+      const auto want = reference_of(p, tokens);
+      for (const auto path : {k::SparseMlaPath::single_pass, k::SparseMlaPath::split_topk, k::SparseMlaPath::split_dv}) {
+        DeviceProblem d(p, path);
+        const std::string label = describe(p) + plan_name(k::SparseMla::plan(d.args));
+        for (const Mode mode : {Mode::eager, Mode::graph}) {
+          const Outputs got = token_rows(run_mode(d, mode, stream.get()), p.h_q, tokens);
+          expect_matches(got, want, p.h_q, tokens, label + " " + mode_name(mode));
+        }
+      }
+    }
   }
 }
 

@@ -347,13 +347,20 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   const bool wgmma = is_wgmma(plan.kernel);
   out.grid = static_cast<unsigned>(wgmma ? items : std::min<std::int64_t>(items, sms));
   p.q_prefetch_ahead = sms;  // a grid of at most `sms` CTAs has no next item: the kernel checks
-  p.prefetch_q_rows = detail::prefetch_q_rows_pays(a.s_kv, a.kv_row_stride, info.l2_bytes);
+  // Where the kv rows outgrow a share of L2, neither the next wave's Q rows nor 256 bytes a kv
+  // miss go to L2 ahead of their use (issue 15 rounds 19 and 20).
+  p.prefetch_q_rows = detail::kv_rows_fit_l2(a.s_kv, a.kv_row_stride, info.l2_bytes, detail::kQRowsPrefetchL2Share);
+  p.kv_l2_prefetch = detail::kv_rows_fit_l2(a.s_kv, a.kv_row_stride, info.l2_bytes, detail::kKvL2PrefetchL2Share);
 #ifdef SPGRAPH_WGMMA_NO_Q_PREFETCH
   p.q_prefetch_ahead = 0;  // A/B switch (issue 15 round 11): no next-wave Q prefetch
 #endif
 #ifdef SPGRAPH_WGMMA_Q_ROWS_PREFETCH
   // A/B switch (issue 15 round 19): =1 (or bare) the Q rows prefetched at every s_kv, =0 at none
   p.prefetch_q_rows = SPGRAPH_WGMMA_Q_ROWS_PREFETCH != 0;
+#endif
+#ifdef SPGRAPH_WGMMA_KV_L2_PREFETCH
+  // A/B switch (issue 15 round 20): =1 (or bare) the kv gathers' 256-byte prefetch at every s_kv, =0 at none
+  p.kv_l2_prefetch = SPGRAPH_WGMMA_KV_L2_PREFETCH != 0;
 #endif
   const auto pick = [&](auto wgmma_tag, auto split_dv_tag) {
     constexpr bool kWgmma = decltype(wgmma_tag)::value;

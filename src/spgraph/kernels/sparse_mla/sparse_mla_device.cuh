@@ -36,9 +36,12 @@ struct SparseMlaParams {
   float* part_o;         ///< [num_splits, s_q * h_q, 512]
   float2* part_ml;       ///< [num_splits, s_q * h_q]: (running max in log2 units, sum of exp2)
   /// wgmma: a CTA prefetches into L2 the first indices, and with prefetch_q_rows the Q rows, of
-  /// the item this many on (0: none); prefetch_q_rows from prefetch_q_rows_pays (split_cost.hpp).
+  /// the item this many on (0: none); prefetch_q_rows from kv_rows_fit_l2 and kQRowsPrefetchL2Share.
   int q_prefetch_ahead;
   bool prefetch_q_rows;
+  /// wgmma: the kv gathers' copies prefetch 256 bytes into L2 on a miss (else only the sectors
+  /// they read); from kv_rows_fit_l2 and kKvL2PrefetchL2Share (split_cost.hpp).
+  bool kv_l2_prefetch;
   /// CTAs per item: 2 for the wgmma kernel with the value columns split (SparseMlaKernel::
   /// wgmma_split_dv: its template argument; each CTA writes 256 of the 512), else 1. num_items
   /// counts CTAs: s_q * (h_q / 64) * num_splits * dv_parts.

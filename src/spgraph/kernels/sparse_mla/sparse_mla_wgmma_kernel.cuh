@@ -335,8 +335,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           const int r = rsub + 16 * i;
           const int bytes = (masked_rows >> (4 * bb + i)) & 1u ? 0 : 16;
           const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
+          // With a 256-byte L2 prefetch only while the kv rows fit a fifth of L2 (p.kv_l2_prefetch).
+          if (p.kv_l2_prefetch) {
 #pragma unroll
-          for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src[bb][i] + pn * 64, bytes);
+            for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src[bb][i] + pn * 64, bytes);
+          } else {
+#pragma unroll
+            for (int pn = pn0; pn < pn1; ++pn)
+              cp_async_16_no_l2_prefetch(dst + pn * 8192, src[bb][i] + pn * 64, bytes);
+          }
         }
         fill_arrive(full_bar(bb, hh));
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.

@@ -100,15 +100,25 @@ constexpr bool automatic_split_dv(std::int64_t items, int pairs, int pairs_per_s
   return split_dv_time_us(items, pairs, sms, d_qk, m) < other - m.min_saving_us;
 }
 
-/// Whether the wgmma kernel's CTAs prefetch into L2 the Q rows of the CTA one wave later (64 KB
-/// each, a wave's 8.4 MB on 132 SMs): only while the kv rows the call may gather, s_kv rows of
-/// kv_row_stride bf16 elements, fit in a third of the L2. Past that, the prefetched rows displace
-/// kv rows that later gathers miss on. Measured on the H200 (50 MiB; issue 15 round 19,
-/// docs/benchmark_history.md), the prefetch against none on the same rows: 0.3-1.6% faster with
-/// 8 and 12 MiB of kv rows, a tie at 16 MiB, 0.2-1.2% slower at 20-28 MiB and 0.3-1.6% slower on
-/// table A's rows of 32 MiB and more. l2_bytes 0 (not known): prefetch.
-constexpr bool prefetch_q_rows_pays(std::int64_t s_kv, std::int64_t kv_row_stride, std::int64_t l2_bytes) noexcept {
-  return l2_bytes <= 0 || 3 * s_kv * kv_row_stride * 2 <= l2_bytes;
+/// Whether the kv rows a call may gather, s_kv rows of kv_row_stride bf16 elements, fit in
+/// 1 / `share` of the L2 (l2_bytes 0, not known: yes). Only while they do does the wgmma kernel
+/// bring rows into L2 ahead of their use (issue 15 rounds 19 and 20): past it, what they bring
+/// in displaces kv rows that later gathers miss on.
+constexpr bool kv_rows_fit_l2(std::int64_t s_kv, std::int64_t kv_row_stride, std::int64_t l2_bytes, int share) noexcept {
+  return l2_bytes <= 0 || share * s_kv * kv_row_stride * 2 <= l2_bytes;
 }
+
+/// The share of L2 the kv rows may fill while each CTA prefetches the Q rows of the CTA one wave
+/// later (64 KB each, a wave's 8.4 MB on 132 SMs). On the H200 (50 MiB; docs/benchmark_history.md)
+/// the prefetch against none on the same rows: 0.3-1.6% faster with 8 and 12 MiB of kv rows, a
+/// tie at 16 MiB, 0.2-1.2% slower at 20-28 MiB and 0.3-1.6% slower on table A's rows of 32 MiB
+/// and more.
+inline constexpr int kQRowsPrefetchL2Share = 3;
+/// The share of L2 the kv rows may fill while the kv gathers' copies prefetch 256 bytes into L2
+/// on a miss (else only the sectors they read). On the H200, without the prefetch against with
+/// it: 0.2-0.9% slower on most rows of 8-9 MiB of kv rows, 0-0.7% faster at 12 and 16 MiB,
+/// 0.4-1.6% at 24 MiB, and -0.6 to +1.5% (about +0.5% typical) on table A's rows of 32 MiB and
+/// more.
+inline constexpr int kKvL2PrefetchL2Share = 5;
 
 }  // namespace spg::kernels::detail

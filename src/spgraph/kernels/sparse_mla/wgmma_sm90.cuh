@@ -271,6 +271,10 @@ __device__ __forceinline__ void cp_async_16_l2_hint(std::uint32_t dst, const voi
                "r"(src_bytes), "l"(policy)
                : "memory");
 }
+/// cp.async of 16 bytes without an L2 prefetch: a miss fetches only the sectors the access needs.
+__device__ __forceinline__ void cp_async_16_no_l2_prefetch(std::uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 
 // ---- fragment layouts (PTX ISA "Register Fragments" of wgmma, m64nNk16, f32 accumulator):
 // thread x of the warpgroup (warp w = x / 32, lane l, g = l / 4, t = l % 4) holds accumulator
