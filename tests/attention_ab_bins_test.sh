@@ -3,7 +3,7 @@
 # the automatic path's variant for the launch mode it was given and a decoy record of another
 # variant, and a table row carrying FlashMLA's figure. Checks that the summary takes each build's
 # records of the requested mode only, its medians over the rounds, vs_ref and the ratio, and that
-# --burst reaches bench, and a bad --launch is refused before anything runs.
+# --burst and --s-kv reach bench, and a bad --launch is refused before anything runs.
 set -uo pipefail
 script="$(cd "$(dirname "$0")/.." && pwd)/scripts/attention_ab_bins.sh"
 work=$(mktemp -d)
@@ -17,15 +17,16 @@ fake() {
 #!/usr/bin/env bash
 launch=oneshot
 burst=0
+kv=""
 while [[ \$# -gt 0 ]]; do
-  case \$1 in --launch) launch=\$2; shift 2 ;; --json) json=\$2; shift 2 ;; --burst) burst=100; shift ;; *) shift ;; esac
+  case \$1 in --launch) launch=\$2; shift 2 ;; --json) json=\$2; shift 2 ;; --burst) burst=100; shift ;; --s-kv) kv=/kv\$2; shift 2 ;; *) shift ;; esac
 done
 variant=spgraph
 [[ \$launch != oneshot ]] && variant="spgraph+\$launch"
 round=\${json##*_r}; round=\${round%.json}
 us=\$(python3 -c "print($2 + \$round + \$burst)")
 cat >"\$json" <<JSON
-[{"suite": "attention", "name": "small-h64-k640/8192/sq64", "variant": "\$variant", "metric": "gpu_us", "value": \$us},
+[{"suite": "attention", "name": "small-h64-k640/8192/sq64\$kv", "variant": "\$variant", "metric": "gpu_us", "value": \$us},
  {"suite": "attention", "name": "small-h64-k640/8192/sq64", "variant": "spgraph+decoy", "metric": "gpu_us", "value": 999}]
 JSON
 echo "small-h64-k640       512   64   640   8192    64             wgmma      1      \$us     250.0        21.8   0.800  \$variant"
@@ -55,9 +56,14 @@ OUT="$work/out-burst" bash "$script" --rows sq64 --rounds 3 --burst base="$work/
   fail "--burst: exit $?"
 grep -qE "^small-h64-k640/8192/sq64 +base +128.0 " "$work/out-burst/ab_bins.txt" || fail "--burst: $(cat "$work/out-burst/ab_bins.txt")"
 
+# --s-kv reaches bench (the fake names its rows .../kvN, as bench does)
+OUT="$work/out-skv" bash "$script" --rows sq64 --rounds 2 --s-kv 24576 base="$work/base" cand="$work/cand" >"$work/skv.log" 2>&1 ||
+  fail "--s-kv: exit $?"
+grep -qE "^small-h64-k640/8192/sq64/kv24576 +cand +22.5 " "$work/out-skv/ab_bins.txt" || fail "--s-kv: $(cat "$work/out-skv/ab_bins.txt")"
+
 OUT="$work/out-bad" bash "$script" --rows sq64 --launch bogus base="$work/base" cand="$work/cand" >"$work/bad.log" 2>&1
 rc=$?
 [[ $rc -eq 2 ]] || fail "--launch bogus: exit $rc, expected 2"
 grep -q "oneshot, prepared, chain or gated" "$work/bad.log" || fail "--launch bogus: no message naming the modes"
 [[ ! -e $work/out-bad ]] || fail "--launch bogus: wrote $work/out-bad before refusing"
-echo "attention_ab_bins_test: passed (4 launch modes, --burst, a bad mode refused)"
+echo "attention_ab_bins_test: passed (4 launch modes, --burst, --s-kv, a bad mode refused)"
