@@ -879,7 +879,9 @@ TEST_CASE("sparse_mla: kv rows beyond their share of L2 (no Q rows nor 256-byte 
   const std::vector<int> tokens = {0, 1, 65, 66, 67, 131, 132, 133, 138, 139};
   for (const int d_qk : {512, 576}) {
     for (const int h_q : {64, 128}) {
-      const int s_kv = static_cast<int>(info.l2_bytes / (3 * 2 * d_qk)) + 512;
+      // Past the larger of the two bounds (the smaller share), with stride d_qk.
+      constexpr int kShare = std::min(k::detail::kQRowsPrefetchL2Share, k::detail::kKvL2PrefetchL2Share);
+      const int s_kv = static_cast<int>(info.l2_bytes / (kShare * 2 * d_qk)) + 512;
       const Problem p = make_problem({d_qk, h_q, s_kv, 512, 140}, {.sink = true, .extra_invalid = 0.05}, ++seed);
       REQUIRE_FALSE(k::detail::kv_rows_fit_l2(p.s_kv, p.stride, info.l2_bytes, k::detail::kQRowsPrefetchL2Share));
       REQUIRE_FALSE(k::detail::kv_rows_fit_l2(p.s_kv, p.stride, info.l2_bytes, k::detail::kKvL2PrefetchL2Share));

@@ -18,7 +18,7 @@
 //       (two wgmma groups), and the producer refills the half part by part.
 //       Q rows (and, in the epilogue, out rows) go through L2 as "evict first": each is used by
 //       one CTA, while the kv rows are reread by many. Late in the item it prefetches into L2 the
-//       first indices, and while the kv rows fit a third of L2 the Q rows, of the CTA that takes
+//       first indices, and while the kv rows fit their share of L2 the Q rows, of the CTA that takes
 //       an SM one wave later.
 //   WG0, WG1 (consumers, 224 registers): the token's blocks are taken in pairs (2p -> K0,
 //       2p+1 -> K1). WG0 computes S0 = Q K0^T in full (64 x 64, no redundant work) and WG1
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           const int r = rsub + 16 * i;
           const int bytes = (masked_rows >> (4 * bb + i)) & 1u ? 0 : 16;
           const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
-          // With a 256-byte L2 prefetch only while the kv rows fit a fifth of L2 (p.kv_l2_prefetch).
+          // With a 256-byte L2 prefetch only while the kv rows fit their share of L2 (p.kv_l2_prefetch).
           if (p.kv_l2_prefetch) {
 #pragma unroll
             for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src[bb][i] + pn * 64, bytes);
@@ -352,15 +352,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       // Past this CTA's start, and about five pairs before its end: the Q rows of the CTA that
       // takes an SM next go to L2 (64 KB, one bulk prefetch), so the CTAs of a wave, which start
       // together, do not all wait for Q from HBM at once (docs/benchmark_history.md); where the
-      // kv rows outgrow a third of L2, only its first indices.
+      // kv rows outgrow their share of L2 (p.prefetch_q_rows off), only its first indices.
       if (x == 0 && p.q_prefetch_ahead > 0 && pair == (n_pairs > 5 ? n_pairs - 5 : n_pairs >> 1)) {
         const std::int64_t next = static_cast<std::int64_t>(blockIdx.x) + p.q_prefetch_ahead;
         const std::int64_t next_item = kSplitDv ? next >> 1 : next;
         const WgmmaItemPos at = wgmma_item_pos(p, static_cast<int>(next < p.num_items ? next_item : 0));
         // A step's chunk: a padded token's q row may lie past the step's rows; it is not read.
         if (next < p.num_items && (p.token_offset == nullptr || at.token < __ldg(p.num_tokens))) {
-          // Where the kv rows outgrow a third of L2, the wave's 64 KB a CTA displace more of
-          // them than Q's wait saves (issue 15 round 19): p.prefetch_q_rows off.
+          // Past that share the wave's 64 KB a CTA displace more kv rows than Q's wait saves
+          // (issue 15 round 19).
           if (p.prefetch_q_rows) {
             prefetch_l2_bulk(p.q + (static_cast<std::int64_t>(row_base) + at.token) * p.q_token_stride + at.head0 * D,
                              64u * D * 2u);
