@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Runs the GPU test binary's cases in several processes at once on one device, then the cases
+# that must run alone, so the whole suite fits in less of a session's device time (its cases
+# spend much of their time on the host: warm-ups, captures, references).
+#
+# usage: scripts/gpu_tests_parallel.sh [--jobs N] [--out DIR] BIN [TEST_SPEC]
+#   BIN        the GPU test binary (build/release/tests/spgraph_gpu_tests, Catch2 2 or 3)
+#   TEST_SPEC  a Catch2 test spec, e.g. "[step],[executor]" (default: every case not hidden)
+#   --jobs     processes at once (default 4); the cases are dealt to them in turn
+#   --out      where the logs go (default $OUT, else /tmp/gpu_tests_parallel): shard_<i>.names and
+#              shard_<i>.log per process (with each case's duration), serial.names and serial.log,
+#              summary.txt
+# The cases tagged [pool] (they read the device's free memory, which the other processes move)
+# and [trap] (each ends a child process's context on purpose) run after the shards, in one
+# process. Exit status: 0 when every process passed, 1 when one failed, 77 without a device (the
+# binary's own skip), 2 for a usage error.
+set -uo pipefail
+JOBS=4
+OUTDIR=${OUT:-/tmp/gpu_tests_parallel}
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --jobs) JOBS=$2; shift 2 ;;
+    --out) OUTDIR=$2; shift 2 ;;
+    -*) echo "$0: unknown option $1" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+if [[ $# -lt 1 || $# -gt 2 ]]; then
+  echo "usage: $0 [--jobs N] [--out DIR] BIN [TEST_SPEC]" >&2
+  exit 2
+fi
+BIN=$1
+SPEC=${2:-}
+if ! [[ $JOBS =~ ^[0-9]+$ ]] || ((JOBS < 1 || JOBS > 64)); then
+  echo "$0: --jobs takes 1..64, not '$JOBS'" >&2
+  exit 2
+fi
+[[ -x $BIN ]] || { echo "$0: $BIN is not an executable" >&2; exit 2; }
+mkdir -p "$OUTDIR"
+
+# The names of the cases a spec selects, one a line: Catch2 2's option (its exit status is the
+# number of cases listed, so a spec that matches none probes for it), else Catch2 3's. A listing
+# needs no device.
+if "$BIN" --list-test-names-only "[no such tag]" >/dev/null 2>&1; then
+  list() { "$BIN" --list-test-names-only "$@" || true; }
+else
+  list() { "$BIN" --list-tests --verbosity quiet "$@"; }
+fi
+# A name as a line of an --input-file: Catch2 reads , [ ] * ~ and \ as spec syntax unless escaped.
+escape() { sed 's/[][\\,*~]/\\&/g'; }
+
+all=$(list ${SPEC:+"$SPEC"}) || { echo "$0: $BIN could not list its tests" >&2; exit 2; }
+alone=$(list "[pool],[trap]") || alone=""  # (Catch2 3 may fail a listing that matches nothing)
+[[ -n $all ]] || { echo "$0: no test case matches '${SPEC}'" >&2; exit 2; }
+serial=$(grep -xF -f <(printf '%s\n' "$alone") <<<"$all")
+parallel=$(grep -vxF -f <(printf '%s\n' "$alone") <<<"$all")
+n_par=$(grep -c . <<<"$parallel")
+n_ser=$(grep -c . <<<"$serial")
+((JOBS > n_par)) && JOBS=$((n_par > 0 ? n_par : 1))
+
+rm -f "$OUTDIR"/shard_*.names "$OUTDIR"/shard_*.log "$OUTDIR"/serial.names "$OUTDIR"/serial.log
+i=0
+while IFS= read -r name; do
+  [[ -n $name ]] || continue
+  printf '%s\n' "$name" | escape >>"$OUTDIR/shard_$((i % JOBS)).names"
+  i=$((i + 1))
+done <<<"$parallel"
+[[ -n $serial ]] && printf '%s\n' "$serial" | escape >"$OUTDIR/serial.names"
+
+summary=$OUTDIR/summary.txt
+: >"$summary"
+t0=$SECONDS
+pids=()
+for ((k = 0; k < JOBS; ++k)); do
+  [[ -s $OUTDIR/shard_$k.names ]] || continue
+  (
+    s=$SECONDS
+    "$BIN" -f "$OUTDIR/shard_$k.names" --reporter compact --durations yes >"$OUTDIR/shard_$k.log" 2>&1
+    echo "$?" >"$OUTDIR/shard_$k.rc"
+    echo "$((SECONDS - s))" >"$OUTDIR/shard_$k.s"
+  ) &
+  pids+=($!)
+done
+wait "${pids[@]}" 2>/dev/null
+rc_all=0
+for ((k = 0; k < JOBS; ++k)); do
+  [[ -s $OUTDIR/shard_$k.names ]] || continue
+  rc=$(cat "$OUTDIR/shard_$k.rc" 2>/dev/null || echo "?")
+  [[ $rc == 77 ]] && { echo "$0: no CUDA device; skipped" | tee -a "$summary"; exit 77; }
+  [[ $rc == 0 ]] || rc_all=1
+  echo "shard $k: $(grep -c . "$OUTDIR/shard_$k.names") cases, rc $rc, $(cat "$OUTDIR/shard_$k.s") s: $(tail -1 "$OUTDIR/shard_$k.log")" | tee -a "$summary"
+done
+echo "shards: $n_par cases in $JOBS processes, $((SECONDS - t0)) s" | tee -a "$summary"
+if [[ -s $OUTDIR/serial.names ]]; then
+  s=$SECONDS
+  "$BIN" -f "$OUTDIR/serial.names" --reporter compact --durations yes >"$OUTDIR/serial.log" 2>&1
+  rc=$?
+  [[ $rc == 0 ]] || rc_all=1
+  echo "alone: $n_ser cases, rc $rc, $((SECONDS - s)) s: $(tail -1 "$OUTDIR/serial.log")" | tee -a "$summary"
+fi
+echo "all: $((n_par + n_ser)) cases, $((SECONDS - t0)) s, $([[ $rc_all == 0 ]] && echo passed || echo FAILED)" | tee -a "$summary"
+exit "$rc_all"
