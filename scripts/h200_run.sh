@@ -23,10 +23,11 @@ export PYTHONUNBUFFERED=1
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv | tee "$out/gpu.txt"
 
-echo "== GPU tests"
-timeout 420 "$bin/spgraph_gpu_tests" --reporter compact --durations yes >"$out/gpu_tests.log" 2>&1
+echo "== GPU tests (8 processes, then the [pool] and [trap] cases alone: scripts/gpu_tests_parallel.sh)"
+timeout 420 scripts/gpu_tests_parallel.sh --jobs 8 --out "$out/gpu_tests" "$bin/spgraph_gpu_tests" >"$out/gpu_tests.log" 2>&1
 echo "spgraph_gpu_tests exit $?"
-grep -E "FAILED|failed|passed|Completed" "$out/gpu_tests.log" | tail -25
+cat "$out/gpu_tests.log"
+grep -hE "FAILED|failed" "$out"/gpu_tests/*.log | tail -25
 
 echo "== serving loop, end to end"
 timeout 300 tests/serve_loop_test.sh "$bin/serve_loop" >"$out/serve_test.log" 2>&1
