@@ -3,30 +3,35 @@
 # that must run alone, so the whole suite fits in less of a session's device time (its cases
 # spend much of their time on the host: warm-ups, captures, references).
 #
-# usage: scripts/gpu_tests_parallel.sh [--jobs N] [--out DIR] BIN [TEST_SPEC]
+# usage: scripts/gpu_tests_parallel.sh [--jobs N] [--out DIR] [--durations-from DIR] BIN [TEST_SPEC]
 #   BIN        the GPU test binary (build/release/tests/spgraph_gpu_tests, Catch2 2 or 3)
 #   TEST_SPEC  a Catch2 test spec, e.g. "[step],[executor]" (default: every case not hidden)
 #   --jobs     processes at once (default 4); the cases are dealt to them in turn
 #   --out      where the logs go (default $OUT, else /tmp/gpu_tests_parallel): shard_<i>.names and
 #              shard_<i>.log per process (with each case's duration), serial.names and serial.log,
 #              summary.txt
+#   --durations-from  an earlier run's --out: the cases are dealt longest first, each to the
+#              process with the least time so far, by the durations in its logs (on the H200 the
+#              longest case takes ~50 s of the suite's ~350)
 # The cases tagged [pool] (they read the device's free memory, which the other processes move)
 # and [trap] (each ends a child process's context on purpose) run after the shards, in one
 # process. Exit status: 0 when every process passed, 1 when one failed, 77 without a device (the
 # binary's own skip), 2 for a usage error.
 set -uo pipefail
 JOBS=4
+DURS=""
 OUTDIR=${OUT:-/tmp/gpu_tests_parallel}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --jobs) JOBS=$2; shift 2 ;;
     --out) OUTDIR=$2; shift 2 ;;
+    --durations-from) DURS=$2; shift 2 ;;
     -*) echo "$0: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
 if [[ $# -lt 1 || $# -gt 2 ]]; then
-  echo "usage: $0 [--jobs N] [--out DIR] BIN [TEST_SPEC]" >&2
+  echo "usage: $0 [--jobs N] [--out DIR] [--durations-from DIR] BIN [TEST_SPEC]" >&2
   exit 2
 fi
 BIN=$1
@@ -36,6 +41,10 @@ if ! [[ $JOBS =~ ^[0-9]+$ ]] || ((JOBS < 1 || JOBS > 64)); then
   exit 2
 fi
 [[ -x $BIN ]] || { echo "$0: $BIN is not an executable" >&2; exit 2; }
+if [[ -n $DURS ]] && ! compgen -G "$DURS/*.log" >/dev/null; then
+  echo "$0: --durations-from $DURS holds no logs of an earlier run" >&2
+  exit 2
+fi
 mkdir -p "$OUTDIR"
 
 # The names of the cases a spec selects, one a line: Catch2 2's option (its exit status is the
@@ -58,13 +67,28 @@ n_par=$(grep -c . <<<"$parallel")
 n_ser=$(grep -c . <<<"$serial")
 ((JOBS > n_par)) && JOBS=$((n_par > 0 ? n_par : 1))
 
+# "shard<TAB>name" for each case: dealt in turn, or with --durations-from the longest first, each
+# to the shard with the least time so far (a case the earlier run did not time counts 0 s).
+assign() {
+  if [[ -z $DURS ]]; then
+    awk '{ print (NR - 1) % jobs "\t" $0 }' jobs="$JOBS"
+    return
+  fi
+  awk 'FNR == NR {
+         if (match($0, /^[0-9.]+ s: /)) { t = substr($0, 1, RLENGTH - 4) + 0; n = substr($0, RLENGTH + 1); if (t > d[n]) d[n] = t }
+         next
+       }
+       { print (($0 in d) ? d[$0] : 0) "\t" $0 }' <(cat "$DURS"/*.log 2>/dev/null) - |
+    sort -t "$(printf '\t')" -k1,1gr -s |
+    awk -F '\t' '{ best = 0; for (k = 1; k < jobs; ++k) if (load[k] < load[best]) best = k
+                   load[best] += $1; print best "\t" substr($0, index($0, "\t") + 1) }' jobs="$JOBS"
+}
+assignment=$(grep . <<<"$parallel" | assign)  # before the logs it may read are replaced
 rm -f "$OUTDIR"/shard_*.names "$OUTDIR"/shard_*.log "$OUTDIR"/serial.names "$OUTDIR"/serial.log
-i=0
-while IFS= read -r name; do
+while IFS=$'\t' read -r k name; do
   [[ -n $name ]] || continue
-  printf '%s\n' "$name" | escape >>"$OUTDIR/shard_$((i % JOBS)).names"
-  i=$((i + 1))
-done <<<"$parallel"
+  printf '%s\n' "$name" | escape >>"$OUTDIR/shard_$k.names"
+done <<<"$assignment"
 [[ -n $serial ]] && printf '%s\n' "$serial" | escape >"$OUTDIR/serial.names"
 
 summary=$OUTDIR/summary.txt

@@ -84,7 +84,29 @@ OUT=$work/o4 "$script" --jobs 0 "$work/fake" >"$work/o4.log" 2>&1
 rc=$?
 [[ $rc == 2 && ! -e $work/ran.txt ]] || fail "--jobs 0: exit $rc (want 2), ran: $(cat "$work/ran.txt" 2>/dev/null)"
 
-# 5. The real binary's names through the script's shard files and back through its Catch2.
+# 5. --durations-from: longest first, each to the least-loaded process (10, 9, 2, 1, 1, 1 s over
+#    two: 10+1+1 and 9+2+1, where dealing in turn gives 13 and 11); a case the logs do not time
+#    counts 0 s; the logs may be the --out being written; a folder without logs is refused.
+printf '%s\n' "ten, s" "one a" "two" "nine" "one b" "one c" "untimed" >"$work/names.txt"
+: >"$work/alone.txt"
+mkdir -p "$work/o6"
+printf '%s\n' "10.000 s: ten, s" "9.000 s: nine" "2.000 s: two" "1.000 s: one a" "0.500 s: one b" "1.000 s: one b" \
+  "1.000 s: one c" "0.200 s: a section, not a case" >"$work/o6/shard_0.log"
+rm -f "$work/ran.txt"
+OUT=$work/o6 "$script" --jobs 2 --durations-from "$work/o6" "$work/fake" >"$work/o6.log" 2>&1 || fail "--durations-from: exit $? ($(cat "$work/o6.log"))"
+declare -A secs=(["ten, s"]=10 ["nine"]=9 ["two"]=2 ["one a"]=1 ["one b"]=1 ["one c"]=1 ["untimed"]=0)
+shard_sum() {
+  local n total=0
+  while IFS= read -r n; do total=$((total + ${secs[$n]})); done < <(unescape <"$work/o6/shard_$1.names")
+  echo "$total"
+}
+[[ $(shard_sum 0) == 12 && $(shard_sum 1) == 12 ]] || fail "--durations-from: shards of $(shard_sum 0) and $(shard_sum 1) s, not 12 and 12"
+[[ $(grep -c . "$work/ran.txt") == 7 ]] || fail "--durations-from: $(grep -c . "$work/ran.txt") runs, not 7 (every case once)"
+OUT=$work/o7 "$script" --durations-from "$work/nowhere" "$work/fake" >"$work/o7.log" 2>&1
+rc=$?
+[[ $rc == 2 ]] || fail "--durations-from a folder without logs: exit $rc, not 2"
+
+# 6. The real binary's names through the script's shard files and back through its Catch2.
 if [[ -n $real ]]; then
   [[ -x $real ]] || fail "$real is not an executable"
   # Catch2 2's listing option, else Catch2 3's (as the script picks).
