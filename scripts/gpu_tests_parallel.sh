@@ -112,7 +112,7 @@ for ((k = 0; k < JOBS; ++k)); do
   rc=$(cat "$OUTDIR/shard_$k.rc" 2>/dev/null || echo "?")
   [[ $rc == 77 ]] && { echo "$0: no CUDA device; skipped" | tee -a "$summary"; exit 77; }
   [[ $rc == 0 ]] || rc_all=1
-  echo "shard $k: $(grep -c . "$OUTDIR/shard_$k.names") cases, rc $rc, $(cat "$OUTDIR/shard_$k.s") s: $(tail -1 "$OUTDIR/shard_$k.log")" | tee -a "$summary"
+  echo "shard $k: $(grep -c . "$OUTDIR/shard_$k.names") cases, rc $rc, $(cat "$OUTDIR/shard_$k.s") s: $(grep . "$OUTDIR/shard_$k.log" | tail -1)" | tee -a "$summary"
 done
 echo "shards: $n_par cases in $JOBS processes, $((SECONDS - t0)) s" | tee -a "$summary"
 if [[ -s $OUTDIR/serial.names ]]; then
@@ -120,7 +120,7 @@ if [[ -s $OUTDIR/serial.names ]]; then
   "$BIN" -f "$OUTDIR/serial.names" --reporter compact --durations yes >"$OUTDIR/serial.log" 2>&1
   rc=$?
   [[ $rc == 0 ]] || rc_all=1
-  echo "alone: $n_ser cases, rc $rc, $((SECONDS - s)) s: $(tail -1 "$OUTDIR/serial.log")" | tee -a "$summary"
+  echo "alone: $n_ser cases, rc $rc, $((SECONDS - s)) s: $(grep . "$OUTDIR/serial.log" | tail -1)" | tee -a "$summary"
 fi
 echo "all: $((n_par + n_ser)) cases, $((SECONDS - t0)) s, $([[ $rc_all == 0 ]] && echo passed || echo FAILED)" | tee -a "$summary"
 exit "$rc_all"

@@ -36,7 +36,7 @@ while IFS= read -r line; do
   printf '%s\t%s\n' "$(basename "$2")" "$name" >>"$dir/ran.txt"
   [[ $name == *FAILS* ]] && rc=1
 done <"$2"
-echo "Passed or failed: rc $rc"
+echo "Passed or failed: rc $rc"; echo
 exit $rc
 FAKE
 chmod +x "$work/fake"
@@ -65,6 +65,8 @@ for k in 0 1 2; do
   [[ $(grep -c "^shard_$k.names" "$work/ran.txt") == 2 ]] || fail "shard $k ran $(grep -c "^shard_$k.names" "$work/ran.txt") cases, not 2"
 done
 grep -q "all: 8 cases, .* passed" "$work/o1/summary.txt" || fail "summary: $(cat "$work/o1/summary.txt")"
+grep -q "^shard 0: 2 cases, rc 0, .* s: Passed or failed: rc 0$" "$work/o1/summary.txt" ||
+  fail "summary: a shard's line without its binary's last line: $(cat "$work/o1/summary.txt")"
 
 # 2. A failing case fails the run and the summary says so.
 rm -f "$work/ran.txt"
