@@ -19,6 +19,7 @@
 
 #include "spgraph/core/error.hpp"
 #include "spgraph/core/resources.hpp"
+#include "spgraph/kernels/checksum/checksum.hpp"
 #include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 #include "spgraph/kernels/spin/spin.hpp"
 
@@ -160,6 +161,7 @@ class LaunchGate {
   unsigned next_{0};
 };
 
+
 }  // namespace
 
 // Every attention measurement runs the kernel for 25 ms before timing it and times it for at
@@ -215,6 +217,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     double auto_us;  ///< the row's automatic variant, 0 when it was not timed
   };
   std::vector<Summary> summary;
+  core::DeviceBuffer checksum_acc(opt.checksum ? sizeof(std::uint64_t) : 0);  // --checksum's accumulator
   std::printf("%-18s %6s %4s %5s %6s %5s %17s %6s %9s %9s %11s %7s\n", "row", "d_qk", "h_q", "topk", "s_kv", "s_q",
               "kernel", "split", "gpu_us", "TFLOP/s", "FlashMLA_us", "ratio");
   for (Row row : table_a()) {
@@ -376,6 +379,22 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
                   row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant);
       std::fflush(stdout);
       summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us, 0.0});
+      if (opt.checksum) {
+        // One more launch of this variant (the rows' buffers are shared by its variants), then
+        // its outputs' checksum: out (its token stride is the contiguous one), max_logits, lse.
+        launch_of(t)();
+        SPG_CUDA_TRY(cudaMemsetAsync(checksum_acc.data(), 0, sizeof(std::uint64_t), stream));
+        SPG_CUDA_TRY(kernels::Checksum::accumulate(out.data(), out.size(), 1, static_cast<std::uint64_t*>(checksum_acc.data()), stream));
+        SPG_CUDA_TRY(kernels::Checksum::accumulate(max_logits.data(), max_logits.size(), 2,
+                                                   static_cast<std::uint64_t*>(checksum_acc.data()), stream));
+        SPG_CUDA_TRY(kernels::Checksum::accumulate(lse.data(), lse.size(), 3, static_cast<std::uint64_t*>(checksum_acc.data()), stream));
+        std::uint64_t sum = 0;
+        SPG_CUDA_TRY(cudaMemcpyAsync(&sum, checksum_acc.data(), sizeof sum, cudaMemcpyDeviceToHost, stream));
+        SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+        std::printf("checksum %s %s 0x%016llx\n", row_name.c_str(), variant, static_cast<unsigned long long>(sum));
+        reporter.add({"attention", row_name, variant, "checksum_hi", static_cast<double>(sum >> 32)});
+        reporter.add({"attention", row_name, variant, "checksum_lo", static_cast<double>(sum & 0xffffffffull)});
+      }
     }
     // The row's automatic figure, for each variant's A/B ratio in the summary.
     const auto row_begin = summary.end() - static_cast<std::ptrdiff_t>(timed.size());

@@ -48,6 +48,11 @@ struct AttentionOptions {
   int s_kv{0};
   /// Top-k slices of the split paths (SparseMlaArgs::num_splits), 0 = the shape's choice.
   int num_splits{0};
+  /// After timing each (row, variant): one more launch and an order-sensitive checksum of its
+  /// out, max_logits and lse (kernels::Checksum), printed as "checksum ROW VARIANT 0x<16 hex>"
+  /// and recorded as metrics "checksum_hi" / "checksum_lo" (its two 32-bit halves). The inputs
+  /// are seeded, so a build that computes the same bits gives the same value in every run.
+  bool checksum{false};
 };
 
 /// Launches per sample of AttentionOptions::launch "chain".

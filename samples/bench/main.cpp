@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   bool burst = false;
   std::string launch = "oneshot";
   bool ceilings = true;
+  bool checksum = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
@@ -129,12 +130,14 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--no-ceilings") {
       ceilings = false;
+    } else if (a == "--checksum") {
+      checksum = true;
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--burst") {
       burst = true;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench [--tables ABCDSLR] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--s-q N] [--s-kv N] [--splits N] [--no-ceilings] [--staging-reps N] [--json FILE]\n"
+      std::printf("usage: bench [--tables ABCDSLR] [--quick] [--rows TEXT] [--paths LIST] [--rounds N] [--burst] [--launch MODE] [--s-q N] [--s-kv N] [--splits N] [--no-ceilings] [--checksum] [--staging-reps N] [--json FILE]\n"
                   "  --tables   which of tables A (attention), B (pipeline), C (kernels), D (executor), S (step staging,\n"
                   "             host only, no GPU needed), L (table D's property and loop probes alone), R (where a step graph's\n"
                   "             growing launch cost is paid) to run; - for none\n"
@@ -156,6 +159,9 @@ int main(int argc, char** argv) {
                   "             figure): the L2 probe, e.g. V4-C1/8192 at 24576 rows (24 MiB) against 32768\n"
                   "  --splits N table A: N top-k slices on the split paths instead of the shape's choice\n"
                   "  --no-ceilings  skip the copy and GEMM ceilings (2 s; for repeated A/B invocations in one run)\n"
+                  "  --checksum table A: after timing each (row, variant), one more launch and a checksum of its out,\n"
+                  "             max_logits and lse, printed (\"checksum ROW VARIANT 0x...\") and recorded: builds that\n"
+                  "             must compute the same bits compare equal (scripts/attention_ab_bins.sh --checksum)\n"
                   "  --staging-reps  table S: repetitions per row (default 20000; median of them)\n"
                   "  --json     write every record to FILE\n"
                   "  --dump DIR write the small workload's inputs and outputs to DIR (for scripts/torch_peer.py --check)\n");
@@ -205,6 +211,7 @@ int main(int argc, char** argv) {
       attention.s_q = s_q;
       attention.s_kv = s_kv;
       attention.num_splits = splits;
+      attention.checksum = checksum;
       bench::run_attention_benchmarks(rep, stream.get(), attention);
     }
     if (tables.find('B') != std::string::npos) bench::run_pipeline_benchmarks(rep, quick);
