@@ -22,6 +22,7 @@
 #include "spgraph/kernels/checksum/checksum.hpp"
 #include "spgraph/kernels/sparse_mla/sparse_mla.hpp"
 #include "spgraph/kernels/spin/spin.hpp"
+#include "samples/bench/timeline.hpp"
 
 namespace spg::bench {
 
@@ -161,6 +162,24 @@ class LaunchGate {
   unsigned next_{0};
 };
 
+#ifdef SPGRAPH_WGMMA_TIMELINE
+/// A/B builds with the wgmma timeline (wgmma_timeline.hpp): the last launch's `ctas` CTAs summed
+/// up (samples/bench/timeline.hpp), printed as one line and recorded as metrics tl_*.
+void report_timeline(Reporter& reporter, const std::string& row, const char* variant, std::size_t ctas) {
+  std::vector<kernels::WgmmaTimelineRecord> rec(std::min<std::size_t>(ctas, kernels::kWgmmaTimelineCtas));
+  SPG_CUDA_TRY(kernels::read_wgmma_timeline(rec.data(), rec.size()));
+  const TimelineSummary t = summarize_timeline(rec);
+  std::printf("  timeline %s %s (%zu CTAs, %zu gaps, %zu overlaps; medians, SM cycles): start %.0f  loop %.0f  tail %.0f"
+              "  cta %.0f  gap to the next CTA %.0f  producer done %.0f before the last P V  SM clock %.0f MHz\n",
+              row.c_str(), variant, t.ctas, t.gaps, t.overlaps, t.start, t.loop, t.tail, t.cta, t.gap, t.producer_slack,
+              t.sm_mhz);
+  const std::pair<const char*, double> metrics[] = {{"tl_start_cycles", t.start}, {"tl_loop_cycles", t.loop},
+                                                    {"tl_tail_cycles", t.tail},   {"tl_cta_cycles", t.cta},
+                                                    {"tl_gap_cycles", t.gap},     {"tl_producer_slack_cycles", t.producer_slack},
+                                                    {"tl_sm_mhz", t.sm_mhz},      {"tl_ctas", static_cast<double>(t.ctas)}};
+  for (const auto& [metric, value] : metrics) reporter.add({"attention", row, variant, metric, value});
+}
+#endif
 
 }  // namespace
 
@@ -196,6 +215,21 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
     }
     listed.push_back(found);
   }
+#ifdef SPGRAPH_WGMMA_KV_PERSIST
+  {
+    // A/B build (issue 15 round 23): the whole persisting set-aside of L2 the device allows, for
+    // the kernel's evict-last kv gathers (sparse_mla.cu sizes their fraction from it).
+    int dev = 0;
+    SPG_CUDA_TRY(cudaGetDevice(&dev));
+    int max_persist = 0;
+    SPG_CUDA_TRY(cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev));
+    SPG_CUDA_TRY(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, static_cast<std::size_t>(max_persist)));
+    std::size_t set = 0;
+    SPG_CUDA_TRY(cudaDeviceGetLimit(&set, cudaLimitPersistingL2CacheSize));
+    std::printf("persisting L2 set-aside: %zu bytes (device maximum %d)\n", set, max_persist);
+    reporter.add({"attention", "l2", "set-aside", "persisting_bytes", static_cast<double>(set)});
+  }
+#endif
   const std::vector<std::string> row_filters = split_list(opt.rows);
   std::vector<std::uint16_t> block(std::size_t{1} << 24);
   parallel_for(block.size(), [&](std::size_t b, std::size_t e) {
@@ -395,6 +429,16 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
         reporter.add({"attention", row_name, variant, "checksum_hi", static_cast<double>(sum >> 32)});
         reporter.add({"attention", row_name, variant, "checksum_lo", static_cast<double>(sum & 0xffffffffull)});
       }
+#ifdef SPGRAPH_WGMMA_TIMELINE
+      if (t.plan.kernel == kernels::SparseMlaKernel::wgmma_single_pass || t.plan.kernel == kernels::SparseMlaKernel::wgmma_split_dv) {
+        // One more launch of this variant, its records read back (the timed ones are overwritten
+        // by each launch: this is one of the same regime, right after them).
+        launch_of(t)();
+        SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+        report_timeline(reporter, row_name, variant,
+                        static_cast<std::size_t>(row.s_q) * (row.h_q / 64) * t.plan.num_splits * t.plan.dv_parts);
+      }
+#endif
     }
     // The row's automatic figure, for each variant's A/B ratio in the summary.
     const auto row_begin = summary.end() - static_cast<std::ptrdiff_t>(timed.size());

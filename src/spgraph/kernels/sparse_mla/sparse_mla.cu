@@ -332,6 +332,23 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
     const cudaError_t status = encode_out_map(out.out_map, a.out, a.h_q, out_rows, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
+#ifdef SPGRAPH_WGMMA_Q_TMA
+  if (is_wgmma(plan.kernel)) {
+    // A/B switch (issue 15 round 23): q's rows taken as out's (a step's q and out have the same).
+    const std::int64_t q_rows = a.out_rows == 0 ? a.s_q : a.out_rows;
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (encode == nullptr) return cudaErrorNotSupported;
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(a.d_qk), static_cast<cuuint64_t>(a.h_q), static_cast<cuuint64_t>(q_rows)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(a.d_qk) * sizeof(__nv_bfloat16),
+                                   static_cast<cuuint64_t>(p.q_token_stride) * sizeof(__nv_bfloat16)};
+    const cuuint32_t box[3] = {64, 64, 1};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    const CUresult r = encode(&p.q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(a.q), dims, strides,
+                              box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  }
+#endif
   if (plan.split) {
     auto* base = static_cast<unsigned char*>(workspace);
     p.part_o = reinterpret_cast<float*>(base);
@@ -351,6 +368,14 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   // miss go to L2 ahead of their use (issue 15 rounds 19 and 20).
   p.prefetch_q_rows = detail::kv_rows_fit_l2(a.s_kv, a.kv_row_stride, info.l2_bytes, detail::kQRowsPrefetchL2Share);
   p.kv_l2_prefetch = detail::kv_rows_fit_l2(a.s_kv, a.kv_row_stride, info.l2_bytes, detail::kKvL2PrefetchL2Share);
+#ifdef SPGRAPH_WGMMA_KV_PERSIST
+  {
+    std::size_t set_aside = 0;
+    if (cudaDeviceGetLimit(&set_aside, cudaLimitPersistingL2CacheSize) != cudaSuccess) set_aside = 0;
+    const double kv_bytes = static_cast<double>(a.s_kv) * static_cast<double>(a.kv_row_stride) * 2.0;
+    p.kv_persist_fraction = static_cast<float>(std::min(1.0, static_cast<double>(set_aside) / kv_bytes));
+  }
+#endif
 #ifdef SPGRAPH_WGMMA_NO_Q_PREFETCH
   p.q_prefetch_ahead = 0;  // A/B switch (issue 15 round 11): no next-wave Q prefetch
 #endif
@@ -456,5 +481,12 @@ cudaError_t SparseMla::run(const SparseMlaArgs& a, void* workspace, cudaStream_t
   if (status != cudaSuccess) return status;
   return launch_prepared(prepared, stream);
 }
+
+#ifdef SPGRAPH_WGMMA_TIMELINE
+cudaError_t read_wgmma_timeline(WgmmaTimelineRecord* dst, std::size_t count) noexcept {
+  count = std::min<std::size_t>(count, kWgmmaTimelineCtas);
+  return cudaMemcpyFromSymbol(dst, detail::g_wgmma_timeline, count * sizeof(WgmmaTimelineRecord));
+}
+#endif
 
 }  // namespace spg::kernels

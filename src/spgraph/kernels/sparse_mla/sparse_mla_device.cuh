@@ -4,6 +4,7 @@
 // Formulas: docs/pipeline.md, "Sparse attention semantics".
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math_constants.h>
@@ -49,6 +50,16 @@ struct SparseMlaParams {
   std::int64_t q_token_stride;    ///< elements between tokens of q (resolved: never 0)
   std::int64_t out_token_stride;  ///< elements between tokens of out (resolved: never 0)
   const std::int32_t* token_offset;  ///< a chunk of a step: its first row of q and the outputs (null: 0)
+#ifdef SPGRAPH_WGMMA_Q_TMA
+  /// A/B switch (issue 15 round 23): q as a 3-D tensor {d_qk columns, h_q heads, tokens} for the
+  /// wgmma kernel's Q loads, one TMA box of 64 columns of 64 heads per panel.
+  CUtensorMap q_map;
+#endif
+#ifdef SPGRAPH_WGMMA_KV_PERSIST
+  /// A/B switch (issue 15 round 23): the fraction of the kv rows' addresses gathered evict-last,
+  /// the persisting set-aside of L2 over the kv rows' bytes (at most 1).
+  float kv_persist_fraction;
+#endif
 };
 
 /// A chunk of a step (token_offset set): the first row of its tokens in q and the outputs; else 0.

@@ -60,8 +60,32 @@
 
 #include "spgraph/kernels/sparse_mla/sparse_mla_device.cuh"
 #include "spgraph/kernels/sparse_mla/wgmma_sm90.cuh"
+#include "spgraph/kernels/sparse_mla/wgmma_timeline.hpp"
 
 namespace spg::kernels::detail {
+
+#ifdef SPGRAPH_WGMMA_TIMELINE
+// A/B builds only (wgmma_timeline.hpp): the records of the last launch, by blockIdx.x.
+static __device__ WgmmaTimelineRecord g_wgmma_timeline[kWgmmaTimelineCtas];
+__device__ __forceinline__ unsigned long long wgmma_global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned wgmma_smid() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+#define SPG_WGMMA_TL(field, value)                                                   \
+  do {                                                                               \
+    if (blockIdx.x < static_cast<unsigned>(kWgmmaTimelineCtas)) g_wgmma_timeline[blockIdx.x].field = (value); \
+  } while (0)
+#else
+#define SPG_WGMMA_TL(field, value) \
+  do {                             \
+  } while (0)
+#endif
 
 inline constexpr int kWgmmaThreads = 384;
 inline constexpr int kWgmmaConsumerRegs = 224;
@@ -200,6 +224,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // index 5 = empty_bar(0, 1), 11 = empty_hi_bar(0, 1) (full[2][2] at 0-3, empty[2][2] at 4-7,
     // Q left / right at 8-9, empty_hi[2][2] at 10-13)
     for (int i = 0; i < 14; ++i) {
+#ifdef SPGRAPH_WGMMA_Q_TMA
+      // A/B switch (issue 15 round 23): Q's barriers (8, 9) take one arrival, with Q's bytes.
+      if (i == 8 || i == 9) {
+        mbar_init(bar_base + 8u * i, 1);
+        continue;
+      }
+#endif
       mbar_init(bar_base + 8u * i, i == 5 || i == 11 ? kEmptyK0RightCount : 128);
     }
     mbar_init_fence();
@@ -210,6 +241,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // all went to the SMs the slices left idle; docs/benchmark_history.md, notes by version).
   wait_for_previous_grid();
   __syncthreads();
+#ifdef SPGRAPH_WGMMA_TIMELINE
+  if (threadIdx.x == 0) {
+    SPG_WGMMA_TL(start, clock64());
+    SPG_WGMMA_TL(gt_start, wgmma_global_ns());
+    SPG_WGMMA_TL(smid, wgmma_smid());
+  }
+#endif
 
   // Broadcast from lane 0 so the compiler sees the warpgroup index as warp-uniform: the role
   // branches then are not divergent paths, which would make ptxas serialize the wgmma ops.
@@ -245,10 +283,21 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     const int rsub = x >> 3;  // rows rsub + 16 i, i < 4
     // Q's panels [pn0, pn1), then an arrival on `bar` once they (and everything this thread
     // issued before) have landed. An item with no block loads no Q (nothing would wait for it).
+#ifndef SPGRAPH_WGMMA_Q_TMA
     const __nv_bfloat16* qsrc =
         p.q + (static_cast<std::int64_t>(row_base) + token) * p.q_token_stride + head0 * D + c8 * 8;
+#endif
     const std::uint64_t q_policy = wgmma_once_row_policy();  // each Q row is read by one CTA only
     auto load_q = [&](int pn0, int pn1, std::uint32_t bar) {
+#ifdef SPGRAPH_WGMMA_Q_TMA
+      // A/B switch (issue 15 round 23): one thread, one TMA box a panel (64 columns of 64 heads).
+      if (x == 0) {
+        mbar_arrive_expect_tx(bar, static_cast<std::uint32_t>(pn1 - pn0) * 8192u);
+        for (int pn = pn0; pn < pn1; ++pn)
+          tma_load_box(&p.q_map, sb + L::kOffQ + static_cast<std::uint32_t>(pn) * 8192u, bar, pn * 64, head0, row_base + token,
+                       q_policy);
+      }
+#else
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = rsub + 16 * i;
@@ -257,6 +306,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, qsrc + r * D + pn * 64, 16, q_policy);
       }
       fill_arrive(bar);
+#endif
     };
     const std::int32_t* idx_row = index_row(p, token);
     // The index values of pair `pr` (-1 past the slice's valid part, which is never read, nor
@@ -287,6 +337,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       }
     }
     const __nv_bfloat16* const kv_chunk = p.kv + c8 * 8;  // this thread's chunk of kv's first row
+#ifdef SPGRAPH_WGMMA_KV_PERSIST
+    const std::uint64_t kv_policy = l2_evict_last_fraction(p.kv_persist_fraction);
+#endif
     for (int pair = 0; pair < n_pairs; ++pair) {
       // Per (block of the pair, row slot): the source of this thread's 16-byte chunk of the kv
       // row, formed once for both halves of the buffer (a masked row reads nothing: its chunk is
@@ -336,6 +389,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
           const int bytes = (masked_rows >> (4 * bb + i)) & 1u ? 0 : 16;
           const std::uint32_t dst = buf + static_cast<std::uint32_t>(r * 128 + ((c8 ^ (r & 7)) << 4));
           // With a 256-byte L2 prefetch only while the kv rows fit their share of L2 (p.kv_l2_prefetch).
+#ifdef SPGRAPH_WGMMA_KV_PERSIST
+          // A/B switch (issue 15 round 23): the kv rows gathered evict-last over the fraction of
+          // their addresses that fits the persisting set-aside of L2 (kv_persist_fraction).
+          if (p.kv_l2_prefetch) {
+#pragma unroll
+            for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2_hint(dst + pn * 8192, src[bb][i] + pn * 64, bytes, kv_policy);
+          } else {
+#pragma unroll
+            for (int pn = pn0; pn < pn1; ++pn)
+              cp_async_16_hint_no_l2_prefetch(dst + pn * 8192, src[bb][i] + pn * 64, bytes, kv_policy);
+          }
+          continue;
+#endif
           if (p.kv_l2_prefetch) {
 #pragma unroll
             for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src[bb][i] + pn * 64, bytes);
@@ -375,6 +441,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
         }
       }
     }
+    if (x == 0) SPG_WGMMA_TL(producer_end, clock64());
     return;
   }
 
@@ -544,6 +611,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     if (n_pairs > 0) {
       mbar_wait(q_bar_left, 0);
       mbar_wait(full_bar(0, 0), 0);
+      if (x == 0) SPG_WGMMA_TL(first_qk, clock64());
       fence_proxy_async();
       wgmma_fence();
       qk_steps(k0a, 0, 16, true);
@@ -696,6 +764,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     }
   }
 
+  if (x == 0) SPG_WGMMA_TL(last_pv[wg], clock64());
   // ------------------------------------------------------------------ epilogue (both consumer WGs)
   float* l_s = reinterpret_cast<float*>(sm + L::kOffL);
   float lq[2];
@@ -794,7 +863,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       tma_store_box(&out_map, stg + pn * 8192, wg * 256 + dv_half * 128 + pn * 64, head0, row_base + token, policy);
     }
   }
+#ifdef SPGRAPH_WGMMA_NO_STORE_WAIT
+  // A/B switch (issue 15 round 23), a diagnostic: the CTA ends without waiting for its stores to
+  // read the staging (FlashMLA's kernel does not wait); not a shipping form.
+  if (x == 0) bulk_commit();
+#else
   if (x == 0) bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
+#endif
+#ifdef SPGRAPH_WGMMA_TIMELINE
+  if (x == 0) {
+    SPG_WGMMA_TL(end[wg], clock64());
+    if (wg == 0) SPG_WGMMA_TL(gt_end, wgmma_global_ns());
+  }
+#endif
 }
 
 

@@ -228,6 +228,21 @@ __device__ __forceinline__ void tma_store_box(const void* map, std::uint32_t src
       "r"(src), "r"(col), "r"(head), "r"(token), "l"(policy)
       : "memory");
 }
+/// Arrives on `bar` (one of its expected arrivals) and raises its expected transaction bytes by
+/// `bytes`: the phase completes once the copies that signal it have delivered them.
+__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/// TMA load of one [64 rows x 64 columns] bf16 box of the 3-D tensor {columns, rows, tokens} `map`
+/// describes (at column `col`, row `row`, token `token`) into a 128B-swizzled K-major panel at `dst`
+/// (8 KiB, 1024-byte aligned), with an L2 policy; completes its bytes on `bar`.
+__device__ __forceinline__ void tma_load_box(const void* map, std::uint32_t dst, std::uint32_t bar, int col, int row,
+                                             int token, std::uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(col), "r"(row), "r"(token), "l"(policy)
+      : "memory");
+}
 /// Brings a tensor map (a kernel parameter) into the TMA unit's descriptor cache ahead of its use.
 __device__ __forceinline__ void prefetch_tensormap(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
@@ -254,6 +269,8 @@ __device__ __forceinline__ void prefetch_l2(const void* src) {
 __device__ __forceinline__ void prefetch_l2_bulk(const void* src, std::uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
+/// Closes this thread's bulk group (nothing waits for it).
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 /// Closes this thread's bulk group and waits until its copies have read their shared source.
 __device__ __forceinline__ void bulk_commit_and_wait_read() {
   asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
@@ -269,6 +286,21 @@ __device__ __forceinline__ void cp_async_16_l2(std::uint32_t dst, const void* sr
 __device__ __forceinline__ void cp_async_16_l2_hint(std::uint32_t dst, const void* src, int src_bytes, std::uint64_t policy) {
   asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes), "l"(policy)
+               : "memory");
+}
+/// L2 policy "evict last" for the lines of a `fraction` of the addresses an access touches (the
+/// rest keep their priority): lines that may take the persisting set-aside of L2
+/// (cudaLimitPersistingL2CacheSize; with none set aside, evict-last acts as normal).
+__device__ __forceinline__ std::uint64_t l2_evict_last_fraction(float fraction) {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64 %0, %1;\n" : "=l"(policy) : "f"(fraction));
+  return policy;
+}
+/// cp.async of 16 bytes with an L2 eviction policy and no L2 prefetch.
+__device__ __forceinline__ void cp_async_16_hint_no_l2_prefetch(std::uint32_t dst, const void* src, int src_bytes,
+                                                                std::uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(src_bytes),
+               "l"(policy)
                : "memory");
 }
 /// cp.async of 16 bytes without an L2 prefetch: a miss fetches only the sectors the access needs.

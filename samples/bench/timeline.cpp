@@ -1,0 +1,66 @@
+// See timeline.hpp.
+#include "samples/bench/timeline.hpp"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "samples/bench/report.hpp"
+
+namespace spg::bench {
+
+namespace {
+
+using CtaRecord = kernels::WgmmaTimelineRecord;
+
+bool complete(const CtaRecord& r) noexcept {
+  return r.start != 0 && r.first_qk != 0 && r.last_pv[0] != 0 && r.last_pv[1] != 0 && r.end[0] != 0 && r.end[1] != 0 &&
+         r.producer_end != 0;
+}
+
+double diff(unsigned long long later, unsigned long long earlier) noexcept {
+  return static_cast<double>(later) - static_cast<double>(earlier);
+}
+
+}  // namespace
+
+TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord> records) {
+  std::vector<double> start, loop, tail, cta, gap, slack, mhz;
+  std::map<unsigned long long, std::vector<const CtaRecord*>> per_sm;
+  for (const CtaRecord& r : records) {
+    if (!complete(r)) continue;
+    const unsigned long long last_pv = std::max(r.last_pv[0], r.last_pv[1]);
+    const unsigned long long end = std::max(r.end[0], r.end[1]);
+    start.push_back(diff(r.first_qk, r.start));
+    loop.push_back(diff(last_pv, r.first_qk));
+    tail.push_back(diff(end, last_pv));
+    cta.push_back(diff(end, r.start));
+    slack.push_back(diff(last_pv, r.producer_end));
+    if (r.gt_end > r.gt_start) mhz.push_back(diff(r.end[0], r.start) * 1e3 / diff(r.gt_end, r.gt_start));
+    per_sm[r.smid].push_back(&r);
+  }
+  TimelineSummary s;
+  s.ctas = start.size();
+  for (auto& [sm, ctas] : per_sm) {
+    std::sort(ctas.begin(), ctas.end(), [](const CtaRecord* a, const CtaRecord* b) { return a->start < b->start; });
+    for (std::size_t i = 1; i < ctas.size(); ++i) {
+      const unsigned long long prev_end = std::max(ctas[i - 1]->end[0], ctas[i - 1]->end[1]);
+      if (ctas[i]->start < prev_end) {
+        ++s.overlaps;
+        continue;
+      }
+      gap.push_back(diff(ctas[i]->start, prev_end));
+    }
+  }
+  s.gaps = gap.size();
+  s.start = median(std::move(start));
+  s.loop = median(std::move(loop));
+  s.tail = median(std::move(tail));
+  s.cta = median(std::move(cta));
+  s.gap = median(std::move(gap));
+  s.producer_slack = median(std::move(slack));
+  s.sm_mhz = median(std::move(mhz));
+  return s;
+}
+
+}  // namespace spg::bench

@@ -1,0 +1,30 @@
+// Table A's CTA timelines (A/B builds with SPGRAPH_WGMMA_TIMELINE; wgmma_timeline.hpp): the
+// records of one launch summed up as the medians of each CTA's phases and of the gap between a
+// CTA's end and the next CTA's start on the same SM. Host-only arithmetic, tested on the CPU.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "spgraph/kernels/sparse_mla/wgmma_timeline.hpp"
+
+namespace spg::bench {
+
+/// Medians over the CTAs (SM clock cycles, but sm_mhz); NaN where nothing was counted.
+struct TimelineSummary {
+  std::size_t ctas{0};      ///< records with every point set (the others are skipped)
+  std::size_t gaps{0};      ///< pairs of CTAs that ran one after the other on an SM
+  std::size_t overlaps{0};  ///< pairs whose second CTA started before the first ended (a bad record)
+  double start{0};          ///< CTA start to WG0's first Q K^T (Q's left half and the first blocks)
+  double loop{0};           ///< first Q K^T to the later warpgroup's last P V
+  double tail{0};           ///< last P V to the later warpgroup's end (the epilogue and its stores)
+  double cta{0};            ///< start to end
+  double gap{0};            ///< an SM's CTA end to its next CTA's start
+  double producer_slack{0}; ///< the producer's last fill issued to the last P V
+  double sm_mhz{0};         ///< clock64 cycles over global-timer time, start to WG0's end
+};
+
+/// Sums up one launch's records (any order; the SM of each record is its smid).
+[[nodiscard]] TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord> records);
+
+}  // namespace spg::bench

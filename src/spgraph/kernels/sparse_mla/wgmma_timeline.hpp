@@ -1,0 +1,38 @@
+// Diagnostics of the wgmma attention kernel for A/B builds (issue 15 round 23): with
+// SPGRAPH_WGMMA_TIMELINE defined for the library and for `bench`, every CTA of a launch records
+// when its phases begin and end (its SM's clock64 and the global timer), and `bench` splits a
+// CTA's time into its start, its block loop, its end and the gap to the next CTA on the same SM
+// (samples/bench/timeline.hpp; docs/benchmark_history.md, "Issue 15 round 23"). No preset defines
+// it: the shipped kernel records nothing. The record's layout is defined in every build, so the
+// host-side summary is tested without it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace spg::kernels {
+
+/// One CTA's timeline: its SM's clock64 at each point, except gt_* (%globaltimer, ns). A point the
+/// CTA did not reach (an item without blocks, the split path's partials) stays 0.
+struct WgmmaTimelineRecord {
+  unsigned long long start;         ///< thread 0, past the barrier set-up and griddepcontrol.wait
+  unsigned long long first_qk;      ///< WG0 holds Q's left half and K0's: its first Q K^T issues
+  unsigned long long last_pv[2];    ///< each consumer warpgroup past its last P V product
+  unsigned long long end[2];        ///< each consumer warpgroup's thread 0 done (its stores read)
+  unsigned long long producer_end;  ///< the producer's last fill issued
+  unsigned long long gt_start;      ///< with start
+  unsigned long long gt_end;        ///< with end[0]
+  unsigned long long smid;
+};
+
+/// CTAs of a launch that record (the first ones by blockIdx.x).
+inline constexpr int kWgmmaTimelineCtas = 1 << 17;
+
+#ifdef SPGRAPH_WGMMA_TIMELINE
+/// Copies the records of the last wgmma launch's first `count` CTAs (at most kWgmmaTimelineCtas)
+/// to `dst` (host memory), synchronously.
+cudaError_t read_wgmma_timeline(WgmmaTimelineRecord* dst, std::size_t count) noexcept;
+#endif
+
+}  // namespace spg::kernels

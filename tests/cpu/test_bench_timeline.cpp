@@ -1,0 +1,87 @@
+// Table A's CTA timelines (samples/bench/timeline.hpp): the phases of each CTA and the gap
+// between CTAs that ran one after the other on an SM, from records in any order, with the records
+// a CTA did not complete and the pairs that overlap (a bad record) left out.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/catch.hpp"
+#include "samples/bench/timeline.hpp"
+
+using spg::bench::summarize_timeline;
+using spg::bench::TimelineSummary;
+using spg::kernels::WgmmaTimelineRecord;
+
+namespace {
+
+/// A CTA on SM `sm` from `start`: start phase `s`, loop `l` (the later warpgroup's last P V at
+/// start + s + l, the other one 100 cycles earlier), tail `t` (the later end; the other 50
+/// earlier); the producer done 300 cycles before the last P V; 2 cycles a global-timer ns (2 GHz).
+WgmmaTimelineRecord cta(unsigned sm, unsigned long long start, unsigned long long s, unsigned long long l,
+                        unsigned long long t) {
+  WgmmaTimelineRecord r{};
+  r.smid = sm;
+  r.start = start;
+  r.first_qk = start + s;
+  const unsigned long long last_pv = start + s + l;
+  r.last_pv[0] = last_pv - 100;
+  r.last_pv[1] = last_pv;
+  r.end[0] = last_pv + t;
+  r.end[1] = last_pv + t - 50;
+  r.producer_end = last_pv - 300;
+  r.gt_start = 1'000'000 + start / 2;
+  r.gt_end = r.gt_start + (r.end[0] - r.start) / 2;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("bench timeline: phases and gaps of CTAs in any order", "[bench][timeline]") {
+  std::vector<WgmmaTimelineRecord> recs;
+  // SM 3: three CTAs back to back, gaps 400 and 600 after each CTA's later end.
+  recs.push_back(cta(3, 10'000, 1'000, 20'000, 3'000));                // ends 34'000
+  recs.push_back(cta(3, 34'400, 1'200, 21'000, 3'100));                // ends 59'700
+  recs.push_back(cta(3, 60'300, 1'100, 22'000, 2'900));
+  // SM 7: two CTAs, gap 500.
+  recs.push_back(cta(7, 5'000, 900, 19'000, 3'300));                   // ends 28'200
+  recs.push_back(cta(7, 28'700, 1'300, 20'500, 3'200));
+  // A CTA that never reached its epilogue (an item without blocks): left out of everything.
+  WgmmaTimelineRecord partial = cta(7, 100'000, 5, 5, 5);
+  partial.end[1] = 0;
+  recs.push_back(partial);
+  std::shuffle(recs.begin(), recs.end(), std::mt19937(7));
+  const TimelineSummary t = summarize_timeline(recs);
+  CHECK(t.ctas == 5);
+  CHECK(t.gaps == 3);
+  CHECK(t.overlaps == 0);
+  CHECK(t.start == 1'100);   // 900, 1000, 1100, 1200, 1300
+  CHECK(t.loop == 20'500);   // 19000, 20000, 20500, 21000, 22000
+  CHECK(t.tail == 3'100);    // 2900, 3000, 3100, 3200, 3300
+  CHECK(t.gap == 500);       // 400, 500, 600
+  CHECK(t.producer_slack == 300);
+  CHECK(t.cta == 25'000);    // 23200, 24000, 25000, 25300, 26000
+  CHECK(std::abs(t.sm_mhz - 2'000.0) < 1.0);
+}
+
+TEST_CASE("bench timeline: an overlapping pair on one SM is counted apart, not as a gap", "[bench][timeline]") {
+  std::vector<WgmmaTimelineRecord> recs;
+  recs.push_back(cta(0, 1'000, 100, 1'000, 100));   // ends 2'200
+  recs.push_back(cta(0, 2'000, 100, 1'000, 100));   // starts before the first ends
+  recs.push_back(cta(0, 3'500, 100, 1'000, 100));   // 300 after the second's end (3'200)
+  const TimelineSummary t = summarize_timeline(recs);
+  CHECK(t.ctas == 3);
+  CHECK(t.overlaps == 1);
+  CHECK(t.gaps == 1);
+  CHECK(t.gap == 300);
+}
+
+TEST_CASE("bench timeline: no complete record gives NaN medians and no counts", "[bench][timeline]") {
+  std::vector<WgmmaTimelineRecord> recs(4);  // all zero: no CTA recorded (a build without the timeline)
+  const TimelineSummary t = summarize_timeline(recs);
+  CHECK(t.ctas == 0);
+  CHECK(t.gaps == 0);
+  CHECK(std::isnan(t.start));
+  CHECK(std::isnan(t.gap));
+  CHECK(std::isnan(t.sm_mhz));
+}
