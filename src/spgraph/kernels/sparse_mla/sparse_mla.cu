@@ -372,8 +372,11 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   {
     std::size_t set_aside = 0;
     if (cudaDeviceGetLimit(&set_aside, cudaLimitPersistingL2CacheSize) != cudaSuccess) set_aside = 0;
+    // createpolicy.fractional takes a fraction in (0, 1]: with nothing set aside, 1 (evict-last
+    // then acts as normal, as without the switch).
     const double kv_bytes = static_cast<double>(a.s_kv) * static_cast<double>(a.kv_row_stride) * 2.0;
-    p.kv_persist_fraction = static_cast<float>(std::min(1.0, static_cast<double>(set_aside) / kv_bytes));
+    p.kv_persist_fraction =
+        set_aside == 0 ? 1.0f : static_cast<float>(std::min(1.0, static_cast<double>(set_aside) / kv_bytes));
   }
 #endif
 #ifdef SPGRAPH_WGMMA_NO_Q_PREFETCH

@@ -57,7 +57,7 @@ struct SparseMlaParams {
 #endif
 #ifdef SPGRAPH_WGMMA_KV_PERSIST
   /// A/B switch (issue 15 round 23): the fraction of the kv rows' addresses gathered evict-last,
-  /// the persisting set-aside of L2 over the kv rows' bytes (at most 1).
+  /// the persisting set-aside of L2 over the kv rows' bytes, in (0, 1] (1 with none set aside).
   float kv_persist_fraction;
 #endif
 };
