@@ -166,22 +166,23 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() noexcept {
   return encode;
 }
 
-/// `out` as a 3-D bf16 tensor {512 columns, h_q heads, s_q tokens} (tokens `token_stride`
-/// elements apart) for the wgmma kernel's TMA stores of 64 x 64 boxes (64 columns of 64 heads of
-/// one token) from 128B-swizzled panels. Host-only work (no device call), so it can run during
-/// capture.
-cudaError_t encode_out_map(CUtensorMap& map, __nv_bfloat16* out, int h_q, std::int64_t s_q, std::int64_t token_stride) noexcept {
+/// A bf16 array [tokens][h_q heads][cols] (heads `cols` elements apart, tokens `token_stride`
+/// apart) as a 3-D tensor {cols, h_q, tokens} for the wgmma kernel's TMA boxes of 64 columns of
+/// 64 heads of one token, to or from 128B-swizzled panels: out's stores (cols 512), and under the
+/// A/B switch SPGRAPH_WGMMA_Q_TMA q's loads (cols d_qk). Host-only work (no device call), so it
+/// can run during capture.
+cudaError_t encode_head_panels_map(CUtensorMap& map, const __nv_bfloat16* base, int cols, int h_q, std::int64_t tokens,
+                                   std::int64_t token_stride) noexcept {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kSparseMlaDv), static_cast<cuuint64_t>(h_q),
-                              static_cast<cuuint64_t>(s_q)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kSparseMlaDv) * sizeof(__nv_bfloat16),
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(h_q), static_cast<cuuint64_t>(tokens)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(cols) * sizeof(__nv_bfloat16),
                                  static_cast<cuuint64_t>(token_stride) * sizeof(__nv_bfloat16)};
   const cuuint32_t box[3] = {64, 64, 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, out, dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(base), dims, strides,
+                            box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
@@ -329,24 +330,15 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   if (plan.kernel == SparseMlaKernel::wgmma_single_pass || plan.kernel == SparseMlaKernel::wgmma_split_dv) {
     // The whole of out (a step's rows too): a chunk of a step adds its row offset to the coordinate.
     const std::int64_t out_rows = a.out_rows == 0 ? a.s_q : a.out_rows;
-    const cudaError_t status = encode_out_map(out.out_map, a.out, a.h_q, out_rows, p.out_token_stride);
+    const cudaError_t status = encode_head_panels_map(out.out_map, a.out, kSparseMlaDv, a.h_q, out_rows, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
 #ifdef SPGRAPH_WGMMA_Q_TMA
   if (is_wgmma(plan.kernel)) {
     // A/B switch (issue 15 round 23): q's rows taken as out's (a step's q and out have the same).
     const std::int64_t q_rows = a.out_rows == 0 ? a.s_q : a.out_rows;
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (encode == nullptr) return cudaErrorNotSupported;
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(a.d_qk), static_cast<cuuint64_t>(a.h_q), static_cast<cuuint64_t>(q_rows)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(a.d_qk) * sizeof(__nv_bfloat16),
-                                   static_cast<cuuint64_t>(p.q_token_stride) * sizeof(__nv_bfloat16)};
-    const cuuint32_t box[3] = {64, 64, 1};
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    const CUresult r = encode(&p.q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(a.q), dims, strides,
-                              box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
+    const cudaError_t status = encode_head_panels_map(p.q_map, a.q, a.d_qk, a.h_q, q_rows, p.q_token_stride);
+    if (status != cudaSuccess) return status;
   }
 #endif
   if (plan.split) {

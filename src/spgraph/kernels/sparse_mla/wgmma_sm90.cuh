@@ -239,7 +239,8 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::ui
 __device__ __forceinline__ void tma_load_box(const void* map, std::uint32_t dst, std::uint32_t bar, int col, int row,
                                              int token, std::uint64_t policy) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(dst),
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(dst),
       "l"(map), "r"(bar), "r"(col), "r"(row), "r"(token), "l"(policy)
       : "memory");
 }
