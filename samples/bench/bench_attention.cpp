@@ -413,10 +413,20 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
                   row.flashmla_us, row.flashmla_us > 0 ? row.flashmla_us / us : 0.0, variant);
       std::fflush(stdout);
       summary.push_back({row_name, variant, kernels::sparse_mla_kernel_name(t.plan.kernel), us, tflops, row.flashmla_us, 0.0});
-      if (opt.checksum) {
-        // One more launch of this variant (the rows' buffers are shared by its variants), then
-        // its outputs' checksum: out (its token stride is the contiguous one), max_logits, lse.
+#ifdef SPGRAPH_WGMMA_TIMELINE
+      const bool timeline = t.plan.kernel == kernels::SparseMlaKernel::wgmma_single_pass ||
+                            t.plan.kernel == kernels::SparseMlaKernel::wgmma_split_dv;
+#else
+      constexpr bool timeline = false;
+#endif
+      if (opt.checksum || timeline) {
+        // One more launch of this variant, untimed: the rows' buffers (and the timeline's records)
+        // are shared by its variants, and each launch overwrites them.
         launch_of(t)();
+        SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+      }
+      if (opt.checksum) {
+        // Its outputs' checksum: out (its token stride is the contiguous one), max_logits, lse.
         SPG_CUDA_TRY(cudaMemsetAsync(checksum_acc.data(), 0, sizeof(std::uint64_t), stream));
         SPG_CUDA_TRY(kernels::Checksum::accumulate(out.data(), out.size(), 1, static_cast<std::uint64_t*>(checksum_acc.data()), stream));
         SPG_CUDA_TRY(kernels::Checksum::accumulate(max_logits.data(), max_logits.size(), 2,
@@ -430,11 +440,7 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
         reporter.add({"attention", row_name, variant, "checksum_lo", static_cast<double>(sum & 0xffffffffull)});
       }
 #ifdef SPGRAPH_WGMMA_TIMELINE
-      if (t.plan.kernel == kernels::SparseMlaKernel::wgmma_single_pass || t.plan.kernel == kernels::SparseMlaKernel::wgmma_split_dv) {
-        // One more launch of this variant, its records read back (the timed ones are overwritten
-        // by each launch: this is one of the same regime, right after them).
-        launch_of(t)();
-        SPG_CUDA_TRY(cudaStreamSynchronize(stream));
+      if (timeline) {
         report_timeline(reporter, row_name, variant,
                         static_cast<std::size_t>(row.s_q) * (row.h_q / 64) * t.plan.num_splits * t.plan.dv_parts);
       }

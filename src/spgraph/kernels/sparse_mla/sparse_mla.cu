@@ -327,17 +327,16 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
   p.token_offset = a.token_offset;
   out.out_map = CUtensorMap{};
   p.dv_parts = plan.dv_parts;
+  // The whole of out (a step's rows too): a chunk of a step adds its row offset to the coordinate.
+  const std::int64_t out_rows = a.out_rows == 0 ? a.s_q : a.out_rows;
   if (plan.kernel == SparseMlaKernel::wgmma_single_pass || plan.kernel == SparseMlaKernel::wgmma_split_dv) {
-    // The whole of out (a step's rows too): a chunk of a step adds its row offset to the coordinate.
-    const std::int64_t out_rows = a.out_rows == 0 ? a.s_q : a.out_rows;
     const cudaError_t status = encode_head_panels_map(out.out_map, a.out, kSparseMlaDv, a.h_q, out_rows, p.out_token_stride);
     if (status != cudaSuccess) return status;
   }
 #ifdef SPGRAPH_WGMMA_Q_TMA
   if (is_wgmma(plan.kernel)) {
     // A/B switch (issue 15 round 23): q's rows taken as out's (a step's q and out have the same).
-    const std::int64_t q_rows = a.out_rows == 0 ? a.s_q : a.out_rows;
-    const cudaError_t status = encode_head_panels_map(p.q_map, a.q, a.d_qk, a.h_q, q_rows, p.q_token_stride);
+    const cudaError_t status = encode_head_panels_map(p.q_map, a.q, a.d_qk, a.h_q, out_rows, p.q_token_stride);
     if (status != cudaSuccess) return status;
   }
 #endif
