@@ -362,7 +362,8 @@ cudaError_t prepare(const SparseMlaArgs& a, void* workspace, const core::DeviceI
 #ifdef SPGRAPH_WGMMA_KV_PERSIST
   {
     std::size_t set_aside = 0;
-    if (cudaDeviceGetLimit(&set_aside, cudaLimitPersistingL2CacheSize) != cudaSuccess) set_aside = 0;
+    if (const cudaError_t status = cudaDeviceGetLimit(&set_aside, cudaLimitPersistingL2CacheSize); status != cudaSuccess)
+      return status;
     // createpolicy.fractional takes a fraction in (0, 1]: with nothing set aside, 1 (evict-last
     // then acts as normal, as without the switch).
     const double kv_bytes = static_cast<double>(a.s_kv) * static_cast<double>(a.kv_row_stride) * 2.0;

@@ -400,8 +400,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
             for (int pn = pn0; pn < pn1; ++pn)
               cp_async_16_hint_no_l2_prefetch(dst + pn * 8192, src[bb][i] + pn * 64, bytes, kv_policy);
           }
-          continue;
-#endif
+#else
           if (p.kv_l2_prefetch) {
 #pragma unroll
             for (int pn = pn0; pn < pn1; ++pn) cp_async_16_l2(dst + pn * 8192, src[bb][i] + pn * 64, bytes);
@@ -410,6 +409,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
             for (int pn = pn0; pn < pn1; ++pn)
               cp_async_16_no_l2_prefetch(dst + pn * 8192, src[bb][i] + pn * 64, bytes);
           }
+#endif
         }
         fill_arrive(full_bar(bb, hh));
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
