@@ -25,7 +25,7 @@ double diff(unsigned long long later, unsigned long long earlier) noexcept {
 }  // namespace
 
 TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord> records) {
-  std::vector<double> start, loop, tail, cta, gap, slack, mhz;
+  std::vector<double> start, loop, tail, cta, gap, slack, mhz, first_fill, q_left, epi_sync, epi_stage, epi_drain;
   std::map<unsigned long long, std::vector<const CtaRecord*>> per_sm;
   for (const CtaRecord& r : records) {
     if (!complete(r)) continue;
@@ -37,6 +37,14 @@ TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord>
     cta.push_back(diff(end, r.start));
     slack.push_back(diff(last_pv, r.producer_end));
     if (r.gt_end > r.gt_start) mhz.push_back(diff(r.end[0], r.start) * 1e3 / diff(r.gt_end, r.gt_start));
+    // The parts, where recorded, each in order (a record out of order is a bad one and left out).
+    if (r.first_fill > r.start) first_fill.push_back(diff(r.first_fill, r.start));
+    if (r.q_left > r.start) q_left.push_back(diff(r.q_left, r.start));
+    if (r.epi_sync >= last_pv && r.epi_issued >= r.epi_sync && r.end[0] >= r.epi_issued) {
+      epi_sync.push_back(diff(r.epi_sync, last_pv));
+      epi_stage.push_back(diff(r.epi_issued, r.epi_sync));
+      epi_drain.push_back(diff(r.end[0], r.epi_issued));
+    }
     per_sm[r.smid].push_back(&r);
   }
   TimelineSummary s;
@@ -60,6 +68,11 @@ TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord>
   s.gap = median(std::move(gap));
   s.producer_slack = median(std::move(slack));
   s.sm_mhz = median(std::move(mhz));
+  s.first_fill = median(std::move(first_fill));
+  s.q_left = median(std::move(q_left));
+  s.epi_sync = median(std::move(epi_sync));
+  s.epi_stage = median(std::move(epi_stage));
+  s.epi_drain = median(std::move(epi_drain));
   return s;
 }
 

@@ -22,6 +22,12 @@ struct TimelineSummary {
   double gap{0};            ///< an SM's CTA end to its next CTA's start
   double producer_slack{0}; ///< the producer's last fill issued to the last P V
   double sm_mhz{0};         ///< clock64 cycles over global-timer time, start to WG0's end
+  // The start and the tail in parts (NaN where a record lacks them: builds before round 24)
+  double first_fill{0};     ///< CTA start to the producer's first gathers issued (the first indices back)
+  double q_left{0};         ///< CTA start to WG0 holding Q's left half
+  double epi_sync{0};       ///< last P V to WG0 past the row-sum barrier
+  double epi_stage{0};      ///< that barrier to WG0's last out store issued (finalize, staging, issue)
+  double epi_drain{0};      ///< WG0's last store issued to its end (the stores' reads of the staging)
 };
 
 /// Sums up one launch's records (any order; the SM of each record is its smid).

@@ -84,4 +84,30 @@ TEST_CASE("bench timeline: no complete record gives NaN medians and no counts", 
   CHECK(std::isnan(t.start));
   CHECK(std::isnan(t.gap));
   CHECK(std::isnan(t.sm_mhz));
+  CHECK(std::isnan(t.first_fill));
+  CHECK(std::isnan(t.epi_drain));
+}
+
+TEST_CASE("bench timeline: the start and the tail in parts", "[bench][timeline]") {
+  std::vector<WgmmaTimelineRecord> recs;
+  for (unsigned long long k = 0; k < 3; ++k) {
+    WgmmaTimelineRecord r = cta(static_cast<unsigned>(k), 1'000, 2'000, 10'000, 3'000);  // last P V 13'000, WG0 ends 16'000
+    r.first_fill = r.start + 900 + 100 * k;   // 900, 1000, 1100
+    r.q_left = r.start + 1'500 + 10 * k;      // 1500, 1510, 1520
+    r.epi_sync = 13'000 + 200 * (k + 1);      // 200, 400, 600 after the later last P V
+    r.epi_issued = r.epi_sync + 1'000 + k;    // 1000, 1001, 1002
+    recs.push_back(r);                        // drain: 3000 - sync - stage = 1800, 1599, 1398
+  }
+  // Parts out of order (a bad record): the CTA still counts, its tail parts do not.
+  WgmmaTimelineRecord bad = cta(9, 1'000, 2'000, 10'000, 3'000);
+  bad.epi_sync = 12'000;  // before the last P V
+  bad.epi_issued = 15'000;
+  recs.push_back(bad);
+  const TimelineSummary t = summarize_timeline(recs);
+  CHECK(t.ctas == 4);
+  CHECK(t.first_fill == 1'000);  // the bad record has none: 900, 1000, 1100
+  CHECK(t.q_left == 1'510);
+  CHECK(t.epi_sync == 400);
+  CHECK(t.epi_stage == 1'001);
+  CHECK(t.epi_drain == 1'599);
 }

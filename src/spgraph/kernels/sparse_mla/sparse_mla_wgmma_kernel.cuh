@@ -412,6 +412,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
 #endif
         }
         fill_arrive(full_bar(bb, hh));
+        if (pair == 0 && step == 0 && x == 0) SPG_WGMMA_TL(first_fill, clock64());
         // Need order at the start: Q left + K0 left (WG0's first k-steps), then Q right + K1 right.
         if (pair == 0 && step == 0) load_q(4, L::kPanels, q_bar_right);
       }
@@ -610,6 +611,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     // ---------------------------------------------------------------- WG0: blocks 2p (K0), cols 0..255
     if (n_pairs > 0) {
       mbar_wait(q_bar_left, 0);
+      if (x == 0) SPG_WGMMA_TL(q_left, clock64());
       mbar_wait(full_bar(0, 0), 0);
       if (x == 0) SPG_WGMMA_TL(first_qk, clock64());
       fence_proxy_async();
@@ -786,6 +788,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     mt_own[r0 + 8] = m_true[1];
   }
   named_barrier(kWgBarL, 256);
+  if (x == 0 && wg == 0) SPG_WGMMA_TL(epi_sync, clock64());
   const std::int64_t row0 = static_cast<std::int64_t>(token) * p.h_q + head0;
   float l_row[2];  // the row sums of both warpgroups' blocks
 #pragma unroll
@@ -867,6 +870,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
   // A/B switch (issue 15 round 23), a diagnostic: the CTA ends without waiting for its stores to
   // read the staging (FlashMLA's kernel does not wait); not a shipping form.
   if (x == 0) bulk_commit();
+#elif defined(SPGRAPH_WGMMA_TIMELINE)
+  // The same commit and wait, with the time between them recorded.
+  if (x == 0) {
+    bulk_commit();
+    if (wg == 0) SPG_WGMMA_TL(epi_issued, clock64());
+    bulk_wait_read();
+  }
 #else
   if (x == 0) bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
 #endif

@@ -21,6 +21,11 @@ struct WgmmaTimelineRecord {
   unsigned long long last_pv[2];    ///< each consumer warpgroup past its last P V product
   unsigned long long end[2];        ///< each consumer warpgroup's thread 0 done (its stores read)
   unsigned long long producer_end;  ///< the producer's last fill issued
+  // The start and the tail in parts (round 24): where the first Q K^T waits, where the end goes.
+  unsigned long long first_fill;    ///< producer thread 0: the first block's left-half gathers issued (its indices back)
+  unsigned long long q_left;        ///< WG0's thread 0 past its wait for Q's left half
+  unsigned long long epi_sync;      ///< WG0's thread 0 past the row-sum barrier (both warpgroups in the epilogue)
+  unsigned long long epi_issued;    ///< WG0's thread 0: its last out store issued and committed
   unsigned long long gt_start;      ///< with start
   unsigned long long gt_end;        ///< with end[0]
   unsigned long long smid;
