@@ -428,6 +428,9 @@ void run_attention_benchmarks(Reporter& reporter, cudaStream_t stream, const Att
       if (opt.checksum || timeline) {
         // One more launch of this variant, untimed: the rows' buffers (and the timeline's records)
         // are shared by its variants, and each launch overwrites them.
+#ifdef SPGRAPH_WGMMA_TIMELINE
+        if (timeline) SPG_CUDA_TRY(kernels::clear_wgmma_timeline(stream));
+#endif
         launch_of(t)();
         SPG_CUDA_TRY(cudaStreamSynchronize(stream));
       }

@@ -482,6 +482,12 @@ cudaError_t read_wgmma_timeline(WgmmaTimelineRecord* dst, std::size_t count) noe
   count = std::min<std::size_t>(count, kWgmmaTimelineCtas);
   return cudaMemcpyFromSymbol(dst, detail::g_wgmma_timeline, count * sizeof(WgmmaTimelineRecord));
 }
+cudaError_t clear_wgmma_timeline(cudaStream_t stream) noexcept {
+  void* records = nullptr;
+  const cudaError_t status = cudaGetSymbolAddress(&records, detail::g_wgmma_timeline);
+  if (status != cudaSuccess) return status;
+  return cudaMemsetAsync(records, 0, sizeof(detail::g_wgmma_timeline), stream);
+}
 #endif
 
 }  // namespace spg::kernels

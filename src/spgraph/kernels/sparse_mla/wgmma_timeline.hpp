@@ -38,6 +38,9 @@ inline constexpr int kWgmmaTimelineCtas = 1 << 17;
 /// Copies the records of the last wgmma launch's first `count` CTAs (at most kWgmmaTimelineCtas)
 /// to `dst` (host memory), synchronously.
 cudaError_t read_wgmma_timeline(WgmmaTimelineRecord* dst, std::size_t count) noexcept;
+/// Zeroes every record (stream-ordered), so a CTA of the next launch that skips a point (an item
+/// without blocks) leaves it 0 instead of an earlier launch's value.
+cudaError_t clear_wgmma_timeline(cudaStream_t stream) noexcept;
 #endif
 
 }  // namespace spg::kernels
