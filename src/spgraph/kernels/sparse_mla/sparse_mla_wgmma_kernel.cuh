@@ -866,20 +866,16 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       tma_store_box(&out_map, stg + pn * 8192, wg * 256 + dv_half * 128 + pn * 64, head0, row_base + token, policy);
     }
   }
-#ifdef SPGRAPH_WGMMA_NO_STORE_WAIT
-  // A/B switch (issue 15 round 23), a diagnostic: the CTA ends without waiting for its stores to
-  // read the staging (FlashMLA's kernel does not wait); not a shipping form.
-  if (x == 0) bulk_commit();
-#elif defined(SPGRAPH_WGMMA_TIMELINE)
-  // The same commit and wait, with the time between them recorded.
   if (x == 0) {
     bulk_commit();
     if (wg == 0) SPG_WGMMA_TL(epi_issued, clock64());
-    bulk_wait_read();
-  }
+#ifdef SPGRAPH_WGMMA_NO_STORE_WAIT
+    // A/B switch (issue 15 round 23), a diagnostic: the CTA ends without waiting for its stores to
+    // read the staging (FlashMLA's kernel does not wait); not a shipping form.
 #else
-  if (x == 0) bulk_commit_and_wait_read();  // the staging must outlive the copies' reads
+    bulk_wait_read();  // the staging must outlive the copies' reads
 #endif
+  }
 #ifdef SPGRAPH_WGMMA_TIMELINE
   if (x == 0) {
     SPG_WGMMA_TL(end[wg], clock64());

@@ -274,10 +274,6 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* src, std::uint32_t 
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 /// Waits until every bulk group this thread committed has read its shared source.
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-/// Closes this thread's bulk group and waits until its copies have read their shared source.
-__device__ __forceinline__ void bulk_commit_and_wait_read() {
-  asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
 
 /// cp.async of 16 bytes global -> shared with a 256-byte L2 prefetch; src_bytes 0 zero-fills the
 /// destination and reads nothing.
