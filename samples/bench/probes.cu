@@ -72,6 +72,13 @@ __global__ void large_params_kernel(int* sink, const LargeParams p) {
   if (sink != nullptr && threadIdx.x == 1024) *sink = p.words[threadIdx.x % 512];
 }
 
+/// A kernel that asks for dynamic shared memory (the attention kernels take ~210 KiB of it, 1 CTA an
+/// SM), launched with as much as the probe gives it.
+__global__ void dyn_smem_kernel(int* sink) {
+  extern __shared__ int dyn_words[];
+  if (sink != nullptr && threadIdx.x == 1024) *sink = dyn_words[0];
+}
+
 /// Distinct kernels: one function per N (the real graphs launch ~6 distinct kernels per layer).
 template <int N>
 __global__ void distinct_kernel(int* sink) {
@@ -179,7 +186,40 @@ void run_indirect_launch_probe(Reporter& rep, cudaStream_t stream) {
   }
 }
 
-enum class Property { plain, pdl, tensor_map, large_params, distinct, all, joins };
+enum class Property {
+  plain,
+  pdl,
+  tensor_map,
+  large_params,
+  distinct,
+  all,
+  joins,
+  dyn_smem,
+  wide_grid,
+  attention_shape,
+  two_modules
+};
+
+/// What the launch-shape properties need of the device: the attention kernels' shape is 384
+/// threads, ~210 KiB of dynamic shared memory and thousands of CTAs.
+struct ProbeShape {
+  unsigned wide_grid{1};    ///< 8 CTAs an SM, as the real graphs' larger grids
+  int dyn_smem_bytes{0};    ///< 200 KiB, or the device's opt-in maximum if smaller
+};
+
+ProbeShape probe_shape() {
+  int device = 0;
+  int sms = 0;
+  int optin = 0;
+  SPG_CUDA_TRY(cudaGetDevice(&device));
+  SPG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SPG_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  ProbeShape shape;
+  shape.wide_grid = static_cast<unsigned>(8 * sms);
+  shape.dyn_smem_bytes = std::min(200 * 1024, optin);
+  SPG_CUDA_TRY(cudaFuncSetAttribute(dyn_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shape.dyn_smem_bytes));
+  return shape;
+}
 
 const char* property_name(Property p) {
   switch (p) {
@@ -189,12 +229,16 @@ const char* property_name(Property p) {
     case Property::large_params: return "2KiB-params";
     case Property::distinct: return "40-distinct-kernels";
     case Property::joins: return "20-join-nodes";
+    case Property::dyn_smem: return "200KiB-dyn-smem";
+    case Property::wide_grid: return "wide-grid-384-threads";
+    case Property::attention_shape: return "attention-shape";
+    case Property::two_modules: return "2-modules";
     default: return "all-four";
   }
 }
 
 /// Launches kernel k of a chain with the properties `p` asks for (captured by the caller).
-cudaError_t launch_with(Property p, int k, cudaStream_t stream) {
+cudaError_t launch_with(Property p, int k, cudaStream_t stream, const ProbeShape& shape) {
   const bool pdl = p == Property::pdl || p == Property::all;
   const bool tmap = p == Property::tensor_map || p == Property::all;
   const bool large = p == Property::large_params || p == Property::all;
@@ -209,6 +253,18 @@ cudaError_t launch_with(Property p, int k, cudaStream_t stream) {
   cfg.attrs = pdl && k > 0 ? &attr : nullptr;
   cfg.numAttrs = pdl && k > 0 ? 1 : 0;
   int* sink = nullptr;
+  // The launch shapes of the real graphs' attention kernels, one at a time and together.
+  if (p == Property::wide_grid || p == Property::attention_shape) {
+    cfg.gridDim = dim3(shape.wide_grid);
+    cfg.blockDim = dim3(384);
+  }
+  if (p == Property::dyn_smem || p == Property::attention_shape) {
+    cfg.dynamicSmemBytes = static_cast<std::size_t>(shape.dyn_smem_bytes);
+    return cudaLaunchKernelEx(&cfg, dyn_smem_kernel, sink);
+  }
+  // Every other kernel from the library's spin module (0 ns: it returns at once): the real graphs
+  // launch kernels of several translation units, each a module of its own.
+  if (p == Property::two_modules && k % 2 == 0) return kernels::launch_spin(0, stream);
   // With several properties, kernels rotate over the property kernels and the distinct ones.
   if (distinct && (!(tmap || large) || k % 3 == 0)) {
     if (!pdl) return launch_distinct(k, stream, std::make_integer_sequence<int, 40>{});
@@ -246,20 +302,23 @@ void capture_joins(cudaStream_t stream, cudaStream_t side, cudaEvent_t fork, cud
 }
 
 /// cudaGraphLaunch host cost of a 40-kernel chain that adds one property of the real step graphs
-/// at a time (then all four, then 20 join nodes: the graph is no chain): which of them makes a
-/// launch cost more than the plain chain.
+/// at a time (then all four, then 20 join nodes: the graph is no chain; then the attention
+/// kernels' launch shape: ~200 KiB of dynamic shared memory, 8 CTAs an SM of 384 threads, both;
+/// then kernels of two modules): which of them makes a launch cost more than the plain chain.
 void run_property_probe(Reporter& rep, cudaStream_t stream) {
   core::Stream side;
   core::Event fork(false);
   core::Event join(false);
+  const ProbeShape shape = probe_shape();
   for (Property p : {Property::plain, Property::pdl, Property::tensor_map, Property::large_params, Property::distinct,
-                     Property::all, Property::joins}) {
+                     Property::all, Property::joins, Property::dyn_smem, Property::wide_grid,
+                     Property::attention_shape, Property::two_modules}) {
     const graphs::GraphExec exec = [&] {
       graphs::CaptureGuard guard(stream);
       if (p == Property::joins) {
         capture_joins(stream, side.get(), fork.get(), join.get());
       } else {
-        for (int k = 0; k < 40; ++k) SPG_CUDA_TRY(launch_with(p, k, stream));
+        for (int k = 0; k < 40; ++k) SPG_CUDA_TRY(launch_with(p, k, stream, shape));
       }
       return graphs::GraphExec::instantiate(guard.finish(), stream);
     }();
