@@ -25,7 +25,8 @@ double diff(unsigned long long later, unsigned long long earlier) noexcept {
 }  // namespace
 
 TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord> records) {
-  std::vector<double> start, loop, tail, cta, gap, slack, mhz, first_fill, q_left, epi_sync, epi_stage, epi_drain;
+  std::vector<double> start, loop, tail, cta, gap, slack, mhz, first_fill, q_left, epi_sync, epi_stage, epi_drain, setup,
+      launch_gap;
   std::map<unsigned long long, std::vector<const CtaRecord*>> per_sm;
   for (const CtaRecord& r : records) {
     if (!complete(r)) continue;
@@ -40,6 +41,7 @@ TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord>
     // The parts, where recorded, each in order (a record out of order is a bad one and left out).
     if (r.first_fill > r.start) first_fill.push_back(diff(r.first_fill, r.start));
     if (r.q_left > r.start) q_left.push_back(diff(r.q_left, r.start));
+    if (r.entry != 0 && r.entry <= r.start) setup.push_back(diff(r.start, r.entry));
     if (r.epi_sync >= last_pv && r.epi_issued >= r.epi_sync && r.end[0] >= r.epi_issued) {
       epi_sync.push_back(diff(r.epi_sync, last_pv));
       epi_stage.push_back(diff(r.epi_issued, r.epi_sync));
@@ -58,6 +60,7 @@ TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord>
         continue;
       }
       gap.push_back(diff(ctas[i]->start, prev_end));
+      if (ctas[i]->entry >= prev_end && ctas[i]->entry <= ctas[i]->start) launch_gap.push_back(diff(ctas[i]->entry, prev_end));
     }
   }
   s.gaps = gap.size();
@@ -73,6 +76,8 @@ TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord>
   s.epi_sync = median(std::move(epi_sync));
   s.epi_stage = median(std::move(epi_stage));
   s.epi_drain = median(std::move(epi_drain));
+  s.setup = median(std::move(setup));
+  s.launch_gap = median(std::move(launch_gap));
   return s;
 }
 

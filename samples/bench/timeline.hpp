@@ -28,6 +28,9 @@ struct TimelineSummary {
   double epi_sync{0};       ///< last P V to WG0 past the row-sum barrier
   double epi_stage{0};      ///< that barrier to WG0's last out store issued (finalize, staging, issue)
   double epi_drain{0};      ///< WG0's last store issued to its end (the stores' reads of the staging)
+  // A CTA's gap in parts (NaN where a record lacks its entry: builds before round 25)
+  double setup{0};          ///< kernel entry to the CTA start (barrier set-up, griddepcontrol.wait, __syncthreads)
+  double launch_gap{0};     ///< an SM's CTA end to its next CTA's entry (the hardware's part of the gap)
 };
 
 /// Sums up one launch's records (any order; the SM of each record is its smid).

@@ -86,6 +86,8 @@ TEST_CASE("bench timeline: no complete record gives NaN medians and no counts", 
   CHECK(std::isnan(t.sm_mhz));
   CHECK(std::isnan(t.first_fill));
   CHECK(std::isnan(t.epi_drain));
+  CHECK(std::isnan(t.setup));
+  CHECK(std::isnan(t.launch_gap));
 }
 
 TEST_CASE("bench timeline: the start and the tail in parts", "[bench][timeline]") {
@@ -110,4 +112,34 @@ TEST_CASE("bench timeline: the start and the tail in parts", "[bench][timeline]"
   CHECK(t.epi_sync == 400);
   CHECK(t.epi_stage == 1'001);
   CHECK(t.epi_drain == 1'599);
+}
+
+TEST_CASE("bench timeline: the gap in parts, the hardware's launch and the CTA's set-up", "[bench][timeline]") {
+  std::vector<WgmmaTimelineRecord> recs;
+  // SM 2: CTAs back to back, each entering `launch` cycles after the previous one's later end and
+  // starting `setup` cycles after its entry.
+  unsigned long long entry = 1'000;
+  const unsigned long long launch[] = {0, 250, 350, 300};
+  const unsigned long long setup[] = {80, 120, 100, 90};
+  for (int k = 0; k < 4; ++k) {
+    entry += launch[k];
+    WgmmaTimelineRecord r = cta(2, entry + setup[k], 1'000, 5'000, 2'000);  // ends 8'000 after its start
+    r.entry = entry;
+    recs.push_back(r);
+    entry = std::max(r.end[0], r.end[1]);
+  }
+  // A record without its entry (a build before it) keeps its gap but gives no parts.
+  WgmmaTimelineRecord old = cta(2, entry + 700, 1'000, 5'000, 2'000);
+  recs.push_back(old);
+  // An entry after the start is a bad record: no set-up from it.
+  WgmmaTimelineRecord bad = cta(5, 1'000, 1'000, 5'000, 2'000);
+  bad.entry = 1'500;
+  recs.push_back(bad);
+  std::shuffle(recs.begin(), recs.end(), std::mt19937(3));
+  const TimelineSummary t = summarize_timeline(recs);
+  CHECK(t.ctas == 6);
+  CHECK(t.gaps == 4);
+  CHECK(t.gap == 420);         // 370, 450, 390, 700: the gap holds the set-up
+  CHECK(t.launch_gap == 300);  // 250, 350, 300
+  CHECK(t.setup == 95);        // 80, 90, 100, 120
 }

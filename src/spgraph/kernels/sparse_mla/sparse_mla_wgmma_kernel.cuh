@@ -200,6 +200,10 @@ __device__ __forceinline__ WgmmaItem wgmma_item(const SparseMlaParams& p, int it
 template <int D, bool kSplitDv>
 __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(const __grid_constant__ SparseMlaParams p,
                                                                               const __grid_constant__ CUtensorMap out_map) {
+#ifdef SPGRAPH_WGMMA_TIMELINE
+  // Before anything else: the gap to the CTA before it on the SM, split from this CTA's set-up.
+  const unsigned long long tl_entry = clock64();
+#endif
   using L = WgmmaSmem<D>;
   constexpr int kCols = kSplitDv ? 128 : 256;  // output columns of one consumer warpgroup
   constexpr int kORegs = kCols / 2;            // its fp32 accumulators per thread
@@ -246,6 +250,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     SPG_WGMMA_TL(start, clock64());
     SPG_WGMMA_TL(gt_start, wgmma_global_ns());
     SPG_WGMMA_TL(smid, wgmma_smid());
+    SPG_WGMMA_TL(entry, tl_entry);
   }
 #endif
 

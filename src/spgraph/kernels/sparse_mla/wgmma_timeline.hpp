@@ -29,6 +29,8 @@ struct WgmmaTimelineRecord {
   unsigned long long gt_start;      ///< with start
   unsigned long long gt_end;        ///< with end[0]
   unsigned long long smid;
+  // Round 25: what a CTA's gap to the one before it on its SM holds.
+  unsigned long long entry;         ///< thread 0 at the kernel's entry, before the barrier set-up
 };
 
 /// CTAs of a launch that record (the first ones by blockIdx.x).
