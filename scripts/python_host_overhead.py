@@ -17,6 +17,7 @@ logic alone; on a GPU cudaGraphLaunch and the event record add the driver's time
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import subprocess
 import sys
@@ -106,10 +107,38 @@ def timed(call, items, repeats: int):
     return p50(host), p50(phases), p50([h - q for h, q in zip(host, phases)])
 
 
+def stub_library():
+    """The preloaded stub (ctypes), for its call counters."""
+    lib = ctypes.CDLL(os.environ["SPGRAPH_CUDART_STUB_LIB"])
+    lib.spgraph_stub_call_counts.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.spgraph_stub_call_counts.restype = ctypes.c_int
+    return lib
+
+
+def cuda_calls(stub, call, items) -> str:
+    """The CUDA calls one call makes, averaged over `items`: "name n, ..." most frequent first. Under
+    the stub a staging block used before is waited for by polling cudaStreamQuery (no kernel writes
+    its release word), so that query's count includes the waits, which an idle GPU does not have."""
+    stub.spgraph_stub_reset_call_counts()
+    for item in items:
+        call(item)
+    size = stub.spgraph_stub_call_counts(None, 0)
+    buf = ctypes.create_string_buffer(size)
+    stub.spgraph_stub_call_counts(buf, size)
+    counts = []
+    for line in buf.value.decode().splitlines():
+        name, n = line.rsplit(" ", 1)
+        if int(n) > 0:
+            counts.append((int(n) / len(items), name))
+    counts.sort(key=lambda c: (-c[0], c[1]))
+    return ", ".join(f"{name} {n:.2f}".rstrip("0").rstrip(".") for n, name in counts) or "none"
+
+
 def measure(o) -> int:
     import spgraph
     from spgraph import _spgraph as _C
 
+    stub = stub_library()
     print(f"{'program':10s} {'call through':26s} {'call p50':>9s} {'C++ phases':>11s} {'outside':>8s}  (us)")
     for layers in (1, 8):
         c = config(layers)
@@ -117,10 +146,12 @@ def measure(o) -> int:
         ex.warmup()
         chunks = trace(c, o.chunks)
         raw = _C.Executor.run
-        for label, call in (("spgraph.Executor.run", lambda ch: ex.run(ch, 0)),
-                            ("_spgraph.Executor.run", lambda ch: raw(ex, ch, 0, 0, False))):
+        # The default call: the executor's own stream (stream=None), as the host target counts it.
+        for label, call in (("spgraph.Executor.run", lambda ch: ex.run(ch)),
+                            ("_spgraph.Executor.run", lambda ch: raw(ex, ch, None, 0, False))):
             call_us, phases_us, outside_us = timed(call, chunks, o.repeats)
             print(f"{layers:2d} layer(s) {label:26s} {call_us:9.2f} {phases_us:11.2f} {outside_us:8.2f}")
+            print(f"{'':11s}CUDA calls a call: {cuda_calls(stub, call, chunks)}")
         del ex
         # Whole steps: Executor.run_step over the scheduler's steps (16 chunks at the most).
         ex = spgraph.Executor(c, time_host_phases=True, max_step_requests=64, max_step_tokens=8192)
@@ -130,6 +161,7 @@ def measure(o) -> int:
         per_step = sum(len(st.chunks) for st in steps) / len(steps)
         print(f"{layers:2d} layer(s) {'Executor.run_step':26s} {call_us:9.2f} {phases_us:11.2f} {outside_us:8.2f}"
               f"  ({per_step:.1f} chunks a step)")
+        print(f"{'':11s}CUDA calls a call: {cuda_calls(stub, ex.run_step, steps)}")
         del ex
         # Staged steps, the per-layer form: one program per layer, each step staged once
         # (stage_step) and run per program (run_staged: every run after the first a rerun).
@@ -144,6 +176,7 @@ def measure(o) -> int:
         call_us, phases_us, outside_us = timed(lambda p: ex.run_staged(None, p), runs, o.repeats)
         print(f"{layers:2d} layer(s) {'Executor.run_staged':26s} {call_us:9.2f} {phases_us:11.2f} {outside_us:8.2f}"
               f"  (per layer call)")
+        print(f"{'':11s}CUDA calls a call: {cuda_calls(stub, lambda p: ex.run_staged(None, p), runs)}")
         del ex
     return 0
 
@@ -156,7 +189,7 @@ def main() -> int:
     o = p.parse_args()
     if os.environ.get("SPGRAPH_CUDART_STUB") != "1":
         lib = build_stub(o.stub_dir)
-        env = dict(os.environ, LD_PRELOAD=lib, SPGRAPH_CUDART_STUB="1")
+        env = dict(os.environ, LD_PRELOAD=lib, SPGRAPH_CUDART_STUB="1", SPGRAPH_CUDART_STUB_LIB=lib)
         return subprocess.run([sys.executable] + sys.argv, env=env).returncode
     return measure(o)
 
