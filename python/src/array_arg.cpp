@@ -198,24 +198,14 @@ namespace {
 struct TorchObjects {
   PyTypeObject* tensor{nullptr};  // torch._C.TensorBase: every torch.Tensor (and subclass)
   PyObject* strided{nullptr};     // torch.strided
-  struct Dt {
-    PyObject* object;
-    nb::dlpack::dtype dtype;
-  };
-  std::vector<Dt> dtypes;
+  PyObject* to_dlpack{nullptr};   // torch.utils.dlpack.to_dlpack: the C-level export, no Python wrapper
+  std::vector<PyObject*> dtypes;  // the torch dtypes DLPack names and the ops may see (all real)
   // The attribute names torch_view reads, interned once: a lookup by a str object skips building
-  // and hashing one from a C string on each access (10 accesses a tensor).
+  // and hashing one from a C string on each access (4 accesses a tensor).
   PyObject* requires_grad{nullptr};
-  PyObject* is_conj{nullptr};
   PyObject* is_neg{nullptr};
   PyObject* layout{nullptr};
   PyObject* dtype{nullptr};
-  PyObject* is_cuda{nullptr};
-  PyObject* is_cpu{nullptr};
-  PyObject* get_device{nullptr};
-  PyObject* shape{nullptr};
-  PyObject* stride{nullptr};
-  PyObject* data_ptr{nullptr};
 };
 
 /// torch's objects, or nullptr while torch is not imported (then no torch tensor can exist).
@@ -229,38 +219,29 @@ const TorchObjects* torch_objects() noexcept {
   PyObject* base = c != nullptr ? PyObject_GetAttrString(c, "TensorBase") : nullptr;
   Py_XDECREF(c);
   PyObject* strided = PyObject_GetAttrString(torch, "strided");
-  if (base == nullptr || !PyType_Check(base) || strided == nullptr) {
+  PyObject* to_dlpack = nullptr;
+  if (PyObject* utils = PyImport_ImportModule("torch.utils.dlpack")) {
+    to_dlpack = PyObject_GetAttrString(utils, "to_dlpack");
+    Py_DECREF(utils);
+  }
+  if (base == nullptr || !PyType_Check(base) || strided == nullptr || to_dlpack == nullptr) {
     PyErr_Clear();
     Py_XDECREF(base);
     Py_XDECREF(strided);
+    Py_XDECREF(to_dlpack);
     return nullptr;  // not the torch this path knows: DLPack for everything
   }
-  using nb::dlpack::dtype_code;
-  const std::pair<const char*, nb::dlpack::dtype> names[] = {
-      {"bfloat16", {static_cast<std::uint8_t>(dtype_code::Bfloat), 16, 1}},
-      {"float16", {static_cast<std::uint8_t>(dtype_code::Float), 16, 1}},
-      {"float32", {static_cast<std::uint8_t>(dtype_code::Float), 32, 1}},
-      {"float64", {static_cast<std::uint8_t>(dtype_code::Float), 64, 1}},
-      {"int8", {static_cast<std::uint8_t>(dtype_code::Int), 8, 1}},
-      {"int16", {static_cast<std::uint8_t>(dtype_code::Int), 16, 1}},
-      {"int32", {static_cast<std::uint8_t>(dtype_code::Int), 32, 1}},
-      {"int64", {static_cast<std::uint8_t>(dtype_code::Int), 64, 1}},
-      {"uint8", {static_cast<std::uint8_t>(dtype_code::UInt), 8, 1}},
-      {"bool", {static_cast<std::uint8_t>(dtype_code::Bool), 8, 1}},
-  };
-  for (const auto& [name, dt] : names) {
+  for (const char* name : {"bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                           "bool"}) {
     PyObject* o = PyObject_GetAttrString(torch, name);
     if (o == nullptr) {
       PyErr_Clear();
       continue;
     }
-    objects.dtypes.push_back({o, dt});
+    objects.dtypes.push_back(o);
   }
-  PyObject** const attr_names[] = {&objects.requires_grad, &objects.is_conj, &objects.is_neg,   &objects.layout,
-                              &objects.dtype,         &objects.is_cuda, &objects.is_cpu,   &objects.get_device,
-                              &objects.shape,         &objects.stride,  &objects.data_ptr};
-  const char* const spelled[] = {"requires_grad", "is_conj", "is_neg", "layout", "dtype",   "is_cuda",
-                                 "is_cpu",        "get_device", "shape", "stride", "data_ptr"};
+  PyObject** const attr_names[] = {&objects.requires_grad, &objects.is_neg, &objects.layout, &objects.dtype};
+  const char* const spelled[] = {"requires_grad", "is_neg", "layout", "dtype"};
   static_assert(std::size(attr_names) == std::size(spelled));
   for (std::size_t i = 0; i < std::size(attr_names); ++i) {
     *attr_names[i] = PyUnicode_InternFromString(spelled[i]);
@@ -271,6 +252,7 @@ const TorchObjects* torch_objects() noexcept {
   }
   objects.tensor = reinterpret_cast<PyTypeObject*>(base);
   objects.strided = strided;
+  objects.to_dlpack = to_dlpack;
   ready = true;
   return &objects;
 }
@@ -291,19 +273,6 @@ bool attr_is(PyObject* obj, PyObject* name, bool call, PyObject* want) noexcept 
   return is;
 }
 
-/// A tuple of ints (torch.Size, or stride()'s tuple) into `out`; false unless it has `n` items.
-bool int_tuple(PyObject* t, std::size_t n, std::int64_t* out) noexcept {
-  if (t == nullptr || !PyTuple_Check(t) || static_cast<std::size_t>(PyTuple_GET_SIZE(t)) != n) return false;
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, static_cast<Py_ssize_t>(i)));
-    if (out[i] == -1 && PyErr_Occurred() != nullptr) {
-      PyErr_Clear();
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 bool torch_view(nb::handle h, nb::ndarray<>& out) noexcept {
@@ -311,63 +280,36 @@ bool torch_view(nb::handle h, nb::ndarray<>& out) noexcept {
   if (o == nullptr) return false;
   const TorchObjects* t = torch_objects();
   if (t == nullptr || PyObject_TypeCheck(o, t->tensor) == 0) return false;
-  // What torch's __dlpack__ refuses, or exports otherwise, stays on that path.
-  if (!attr_is(o, t->requires_grad, false, Py_False) || !attr_is(o, t->is_conj, true, Py_False) ||
-      !attr_is(o, t->is_neg, true, Py_False) || !attr_is(o, t->layout, false, t->strided)) {
+  // A dtype DLPack names (the real ones the ops see), then what torch's __dlpack__ refuses or
+  // exports otherwise stays on that path: a tensor that requires grad, a negative view (a real
+  // tensor can carry that bit: the .imag of a conjugate view), another layout. The conjugate bit
+  // needs no check: torch sets it only on complex tensors, which the dtype has refused.
+  PyObject* dtype = attr(o, t->dtype, false);
+  bool known = false;
+  for (PyObject* d : t->dtypes) known = known || d == dtype;
+  Py_XDECREF(dtype);
+  if (!known || !attr_is(o, t->requires_grad, false, Py_False) || !attr_is(o, t->is_neg, true, Py_False) ||
+      !attr_is(o, t->layout, false, t->strided)) {
     return false;
   }
-  PyObject* dtype = attr(o, t->dtype, false);
-  const nb::dlpack::dtype* dt = nullptr;
-  for (const TorchObjects::Dt& d : t->dtypes) {
-    if (d.object == dtype) dt = &d.dtype;
-  }
-  Py_XDECREF(dtype);
-  if (dt == nullptr) return false;
-  int device_type = 0;
-  int device_id = 0;
-  if (attr_is(o, t->is_cuda, false, Py_True)) {
-    PyObject* index = attr(o, t->get_device, true);
-    device_id = index != nullptr ? static_cast<int>(PyLong_AsLong(index)) : -1;
-    Py_XDECREF(index);
-    if (device_id < 0) {
-      PyErr_Clear();
-      return false;
-    }
-    device_type = nb::device::cuda::value;
-  } else if (attr_is(o, t->is_cpu, false, Py_True)) {
-    device_type = nb::device::cpu::value;
-  } else {
-    return false;  // meta, mps, ...: DLPack says what it says
-  }
-  PyObject* shape = attr(o, t->shape, false);
-  const Py_ssize_t ndim = shape != nullptr && PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
-  std::int64_t dims[16];
-  std::int64_t strides[16];
-  bool ok = ndim >= 0 && ndim <= 16 && int_tuple(shape, static_cast<std::size_t>(ndim), dims);
-  Py_XDECREF(shape);
-  if (ok) {
-    PyObject* st = attr(o, t->stride, true);
-    ok = int_tuple(st, static_cast<std::size_t>(ndim), strides);
-    Py_XDECREF(st);
-  }
-  PyObject* ptr = ok ? attr(o, t->data_ptr, true) : nullptr;
-  void* data = ptr != nullptr ? PyLong_AsVoidPtr(ptr) : nullptr;
-  Py_XDECREF(ptr);
-  if (!ok || ptr == nullptr || PyErr_Occurred() != nullptr) {
+  // The export itself: torch's C-level DLPack export (torch.utils.dlpack.to_dlpack: no stream
+  // hand-shake, no Python-level wrapper), imported by nanobind, which owns the export from here
+  // on (the export holds a reference to the tensor). A tensor without storage (meta) is refused
+  // there and goes to __dlpack__ for its error.
+  PyObject* capsule = PyObject_CallOneArg(t->to_dlpack, o);
+  if (capsule == nullptr) {
     PyErr_Clear();
     return false;
   }
-  std::size_t extents[16];
-  for (Py_ssize_t i = 0; i < ndim; ++i) {
-    if (dims[i] < 0) return false;
-    extents[i] = static_cast<std::size_t>(dims[i]);
-  }
+  bool ok = false;
   try {
-    out = nb::ndarray<>(data, static_cast<std::size_t>(ndim), extents, h, strides, *dt, device_type, device_id);
+    out = nb::cast<nb::ndarray<>>(nb::handle(capsule));
+    ok = true;
   } catch (...) {
-    return false;
+    PyErr_Clear();
   }
-  return true;
+  Py_DECREF(capsule);
+  return ok;
 }
 
 bool is_array(nb::handle h) {

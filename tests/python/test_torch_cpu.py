@@ -177,9 +177,9 @@ def test_tensors_that_require_grad_are_taken():
 
 
 def test_torch_tensors_are_read_without_dlpack_as_dlpack_reads_them(monkeypatch):
-    # The ops read a torch tensor's pointer, shape, strides, dtype and device from the tensor
-    # (torch_view), not through torch's Python-level __dlpack__: the same view DLPack gives, for
-    # views with offsets, transposes, steps, every dtype the ops see, and empty tensors.
+    # The ops read a torch tensor through torch's C-level export (torch_view), not through its
+    # Python-level __dlpack__: the same view __dlpack__ gives, for views with offsets,
+    # transposes, steps, every dtype the ops see, and empty tensors.
     from spgraph import _spgraph as C
     base = torch.arange(4 * 6 * 8, dtype=torch.float32).reshape(4, 6, 8)
     tensors = [
@@ -197,8 +197,12 @@ def test_torch_tensors_are_read_without_dlpack_as_dlpack_reads_them(monkeypatch)
     for t, g, w in zip(tensors, got, want):
         assert g == w, f"{t.dtype} {tuple(t.shape)} {t.stride()}: {g} != {w}"
     assert got[1][1:3] == ((3, 3, 4), (48, 8, 2)) and got[1][0] == base.data_ptr() + 4 * (48 + 16)
-    # What DLPack exports otherwise, or refuses, still goes through it.
-    for t in (torch.zeros(3, requires_grad=True), torch.zeros(3, dtype=torch.complex64).conj()):
+    # What DLPack exports otherwise, or refuses, still goes through it: a tensor that requires
+    # grad, a conjugate view, and a real tensor with the negative bit (the .imag of a conjugate
+    # view), whose export would otherwise read the values without their sign.
+    negative = torch.ones(3, dtype=torch.complex64).conj().imag
+    assert negative.is_neg() and negative.dtype == torch.float32
+    for t in (torch.zeros(3, requires_grad=True), torch.zeros(3, dtype=torch.complex64).conj(), negative):
         calls.clear()
         try:
             C._array_view(t)
