@@ -26,7 +26,7 @@ double diff(unsigned long long later, unsigned long long earlier) noexcept {
 
 TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord> records) {
   std::vector<double> start, loop, tail, cta, gap, slack, mhz, first_fill, q_left, epi_sync, epi_stage, epi_drain, setup,
-      launch_gap;
+      launch_gap, first_panel, per_panel;
   std::map<unsigned long long, std::vector<const CtaRecord*>> per_sm;
   for (const CtaRecord& r : records) {
     if (!complete(r)) continue;
@@ -42,6 +42,13 @@ TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord>
     if (r.first_fill > r.start) first_fill.push_back(diff(r.first_fill, r.start));
     if (r.q_left > r.start) q_left.push_back(diff(r.q_left, r.start));
     if (r.entry != 0 && r.entry <= r.start) setup.push_back(diff(r.start, r.entry));
+    // The panels WG0 staged (4, or 2 in the split-dv kernel), each after the one before.
+    int panels = 0;
+    while (panels < 4 && r.epi_panel[panels] != 0 && (panels == 0 || r.epi_panel[panels] >= r.epi_panel[panels - 1])) ++panels;
+    if (panels > 0 && r.epi_sync != 0 && r.epi_panel[0] >= r.epi_sync) {
+      first_panel.push_back(diff(r.epi_panel[0], r.epi_sync));
+      if (panels > 1) per_panel.push_back(diff(r.epi_panel[panels - 1], r.epi_panel[0]) / (panels - 1));
+    }
     if (r.epi_sync >= last_pv && r.epi_issued >= r.epi_sync && r.end[0] >= r.epi_issued) {
       epi_sync.push_back(diff(r.epi_sync, last_pv));
       epi_stage.push_back(diff(r.epi_issued, r.epi_sync));
@@ -78,6 +85,8 @@ TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord>
   s.epi_drain = median(std::move(epi_drain));
   s.setup = median(std::move(setup));
   s.launch_gap = median(std::move(launch_gap));
+  s.epi_first_panel = median(std::move(first_panel));
+  s.epi_per_panel = median(std::move(per_panel));
   return s;
 }
 

@@ -31,6 +31,9 @@ struct TimelineSummary {
   // A CTA's gap in parts (NaN where a record lacks its entry: builds before round 25)
   double setup{0};          ///< kernel entry to the CTA start (barrier set-up, griddepcontrol.wait, __syncthreads)
   double launch_gap{0};     ///< an SM's CTA end to its next CTA's entry (the hardware's part of the gap)
+  // The epilogue's panels (NaN where a record lacks them: builds before round 25)
+  double epi_first_panel{0};  ///< the row-sum barrier to WG0's first panel staged (finalize, first staging)
+  double epi_per_panel{0};    ///< WG0's first panel staged to its last, over the panels between (a panel's staging)
 };
 
 /// Sums up one launch's records (any order; the SM of each record is its smid).

@@ -88,6 +88,8 @@ TEST_CASE("bench timeline: no complete record gives NaN medians and no counts", 
   CHECK(std::isnan(t.epi_drain));
   CHECK(std::isnan(t.setup));
   CHECK(std::isnan(t.launch_gap));
+  CHECK(std::isnan(t.epi_first_panel));
+  CHECK(std::isnan(t.epi_per_panel));
 }
 
 TEST_CASE("bench timeline: the start and the tail in parts", "[bench][timeline]") {
@@ -142,4 +144,35 @@ TEST_CASE("bench timeline: the gap in parts, the hardware's launch and the CTA's
   CHECK(t.gap == 420);         // 370, 450, 390, 700: the gap holds the set-up
   CHECK(t.launch_gap == 300);  // 250, 350, 300
   CHECK(t.setup == 95);        // 80, 90, 100, 120
+}
+
+TEST_CASE("bench timeline: the epilogue's panels", "[bench][timeline]") {
+  std::vector<WgmmaTimelineRecord> recs;
+  // Four panels (the single pass): first staged `first` cycles after the row-sum barrier, then
+  // one every `each` cycles.
+  const unsigned long long first[] = {700, 500, 600};
+  const unsigned long long each[] = {300, 500, 400};
+  for (int k = 0; k < 3; ++k) {
+    WgmmaTimelineRecord r = cta(static_cast<unsigned>(k), 1'000, 2'000, 10'000, 3'000);  // later last P V at 13'000
+    r.epi_sync = 13'100;
+    for (int pn = 0; pn < 4; ++pn) r.epi_panel[pn] = r.epi_sync + first[k] + each[k] * static_cast<unsigned long long>(pn);
+    r.epi_issued = r.epi_panel[3] + 10;
+    recs.push_back(r);
+  }
+  // Two panels (the split-dv kernel): 900 after the barrier, then 200.
+  WgmmaTimelineRecord two = cta(7, 1'000, 2'000, 10'000, 3'000);
+  two.epi_sync = 13'100;
+  two.epi_panel[0] = 14'000;
+  two.epi_panel[1] = 14'200;
+  recs.push_back(two);
+  // Panels out of order (a bad record): none of its panel parts count.
+  WgmmaTimelineRecord bad = cta(8, 1'000, 2'000, 10'000, 3'000);
+  bad.epi_sync = 13'100;
+  bad.epi_panel[0] = 13'000;  // before the barrier
+  bad.epi_panel[1] = 13'500;
+  recs.push_back(bad);
+  const TimelineSummary t = summarize_timeline(recs);
+  CHECK(t.ctas == 5);
+  CHECK(t.epi_first_panel == 650);  // 500, 600, 700, 900
+  CHECK(t.epi_per_panel == 350);    // 200, 300, 400, 500
 }

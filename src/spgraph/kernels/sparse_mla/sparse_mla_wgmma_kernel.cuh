@@ -867,6 +867,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     }
     fence_proxy_async();  // this panel's stmatrix writes, visible to the TMA engine
     named_barrier(kWgBarEpi0 + wg, 128);
+    if (x == 0 && wg == 0) SPG_WGMMA_TL(epi_panel[pn], clock64());
     if (x == 0) {
       tma_store_box(&out_map, stg + pn * 8192, wg * 256 + dv_half * 128 + pn * 64, head0, row_base + token, policy);
     }

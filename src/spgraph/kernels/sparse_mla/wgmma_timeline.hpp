@@ -31,6 +31,7 @@ struct WgmmaTimelineRecord {
   unsigned long long smid;
   // Round 25: what a CTA's gap to the one before it on its SM holds.
   unsigned long long entry;         ///< thread 0 at the kernel's entry, before the barrier set-up
+  unsigned long long epi_panel[4];  ///< WG0's thread 0 past each output panel's staging barrier (its store issues next)
 };
 
 /// CTAs of a launch that record (the first ones by blockIdx.x).
