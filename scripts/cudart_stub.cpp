@@ -9,10 +9,10 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -80,9 +80,9 @@ CallCounter& counter(const char* name) {
   counters().push_back(c);
   return *c;
 }
-#define SPG_STUB_COUNT()                                    \
-  do {                                                      \
-    static CallCounter& spg_counter = counter(__func__);    \
+#define SPG_STUB_COUNT()                                       \
+  do {                                                         \
+    static CallCounter& spg_counter = counter(__func__);       \
     spg_counter.calls.fetch_add(1, std::memory_order_relaxed); \
   } while (0)
 }  // namespace

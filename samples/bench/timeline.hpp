@@ -28,10 +28,10 @@ struct TimelineSummary {
   double epi_sync{0};       ///< last P V to WG0 past the row-sum barrier
   double epi_stage{0};      ///< that barrier to WG0's last out store issued (finalize, staging, issue)
   double epi_drain{0};      ///< WG0's last store issued to its end (the stores' reads of the staging)
-  // A CTA's gap in parts (NaN where a record lacks its entry: builds before round 25)
+  // A CTA's gap in parts (NaN where a record lacks its entry: builds before 2026-12-08's)
   double setup{0};          ///< kernel entry to the CTA start (barrier set-up, griddepcontrol.wait, __syncthreads)
   double launch_gap{0};     ///< an SM's CTA end to its next CTA's entry (the hardware's part of the gap)
-  // The epilogue's panels (NaN where a record lacks them: builds before round 25)
+  // The epilogue's panels (NaN where a record lacks them: builds before 2026-12-08's)
   double epi_first_panel{0};  ///< the row-sum barrier to WG0's first panel staged (finalize, first staging)
   double epi_per_panel{0};    ///< WG0's first panel staged to its last, over the panels between (a panel's staging)
 };

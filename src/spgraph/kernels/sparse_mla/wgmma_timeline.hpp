@@ -29,7 +29,7 @@ struct WgmmaTimelineRecord {
   unsigned long long gt_start;      ///< with start
   unsigned long long gt_end;        ///< with end[0]
   unsigned long long smid;
-  // Round 25: what a CTA's gap to the one before it on its SM holds.
+  // The gap to the CTA before it on its SM in parts, and the tail's staging by panel (round 24).
   unsigned long long entry;         ///< thread 0 at the kernel's entry, before the barrier set-up
   unsigned long long epi_panel[4];  ///< WG0's thread 0 past each output panel's staging barrier (its store issues next)
 };
