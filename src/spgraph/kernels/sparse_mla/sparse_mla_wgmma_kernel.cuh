@@ -828,16 +828,24 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
     return;
   }
   float inv[2];
+#ifdef SPGRAPH_WGMMA_LATE_STATS
+  RowFinal late[2];  // stored after the output panels (the switch below)
+#endif
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + 8 * h;
     RowFinal fin = finalize_row_log2_sink(m_run[h], l_row[h], sink_log2[h]);
     if (l_row[h] > 0.0f) fin.max_logit = m_max[h] * kLn2;  // the true max (lse, inv: the reference)
     inv[h] = fin.inv;
+#ifdef SPGRAPH_WGMMA_LATE_STATS
+    late[h] = fin;
+    (void)r;
+#else
     if (wg == 0 && t == 0 && dv_half == 0) {
       p.max_logits[row0 + static_cast<std::int64_t>(row_base) * p.h_q + r] = fin.max_logit;
       p.lse[row0 + static_cast<std::int64_t>(row_base) * p.h_q + r] = fin.lse;
     }
+#endif
   }
   // bf16 out: stmatrix into the Q region, free now (each WG passed a barrier the other arrives
   // at after its last wgmma), as four 128B-swizzled [64 rows x 64 columns] panels per warpgroup
@@ -872,6 +880,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) sparse_mla_wgmma_kernel(cons
       tma_store_box(&out_map, stg + pn * 8192, wg * 256 + dv_half * 128 + pn * 64, head0, row_base + token, policy);
     }
   }
+#ifdef SPGRAPH_WGMMA_LATE_STATS
+  // A/B switch (issue 15 round 25): the rows' max_logits and lse stored after the last panel's
+  // barrier. Each panel's proxy fence compiles to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S (sm_90a
+  // SASS), so global stores issued before the first panel may be waited for there, on the tail.
+  if (wg == 0 && t == 0 && dv_half == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::int64_t row = row0 + static_cast<std::int64_t>(row_base) * p.h_q + r0 + 8 * h;
+      p.max_logits[row] = late[h].max_logit;
+      p.lse[row] = late[h].lse;
+    }
+  }
+#endif
   if (x == 0) {
     bulk_commit();
     if (wg == 0) SPG_WGMMA_TL(epi_issued, clock64());
