@@ -175,9 +175,9 @@ void report_timeline(Reporter& reporter, const std::string& row, const char* var
               t.sm_mhz);
   std::printf("  timeline %s %s parts: start: first gathers issued %.0f, Q's left half in WG0 %.0f;  tail: row-sum barrier "
               "%.0f, finalize + staging + store issue %.0f (first panel %.0f, then %.0f a panel), stores' reads %.0f;  gap: "
-              "launch %.0f, set-up %.0f\n",
+              "launch %.0f, set-up %.0f;  WG1 ends last in %.0f%% of the CTAs (WG1's end - WG0's %.0f)\n",
               row.c_str(), variant, t.first_fill, t.q_left, t.epi_sync, t.epi_stage, t.epi_first_panel, t.epi_per_panel,
-              t.epi_drain, t.launch_gap, t.setup);
+              t.epi_drain, t.launch_gap, t.setup, 100.0 * t.wg1_ends_last, t.end_skew);
   const std::pair<const char*, double> metrics[] = {{"tl_start_cycles", t.start}, {"tl_loop_cycles", t.loop},
                                                     {"tl_tail_cycles", t.tail},   {"tl_cta_cycles", t.cta},
                                                     {"tl_gap_cycles", t.gap},     {"tl_producer_slack_cycles", t.producer_slack},
@@ -187,7 +187,9 @@ void report_timeline(Reporter& reporter, const std::string& row, const char* var
                                                     {"tl_epi_drain_cycles", t.epi_drain},   {"tl_setup_cycles", t.setup},
                                                     {"tl_launch_gap_cycles", t.launch_gap},
                                                     {"tl_epi_first_panel_cycles", t.epi_first_panel},
-                                                    {"tl_epi_per_panel_cycles", t.epi_per_panel}};
+                                                    {"tl_epi_per_panel_cycles", t.epi_per_panel},
+                                                    {"tl_end_skew_cycles", t.end_skew},
+                                                    {"tl_wg1_ends_last", t.wg1_ends_last}};
   for (const auto& [metric, value] : metrics) reporter.add({"attention", row, variant, metric, value});
 }
 #endif

@@ -2,6 +2,7 @@
 #include "samples/bench/timeline.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -26,7 +27,8 @@ double diff(unsigned long long later, unsigned long long earlier) noexcept {
 
 TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord> records) {
   std::vector<double> start, loop, tail, cta, gap, slack, mhz, first_fill, q_left, epi_sync, epi_stage, epi_drain, setup,
-      launch_gap, first_panel, per_panel;
+      launch_gap, first_panel, per_panel, end_skew;
+  std::size_t wg1_last = 0;
   std::map<unsigned long long, std::vector<const CtaRecord*>> per_sm;
   for (const CtaRecord& r : records) {
     if (!complete(r)) continue;
@@ -36,6 +38,8 @@ TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord>
     loop.push_back(diff(last_pv, r.first_qk));
     tail.push_back(diff(end, last_pv));
     cta.push_back(diff(end, r.start));
+    end_skew.push_back(diff(r.end[1], r.end[0]));
+    if (r.end[1] > r.end[0]) ++wg1_last;
     slack.push_back(diff(last_pv, r.producer_end));
     if (r.gt_end > r.gt_start) mhz.push_back(diff(r.end[0], r.start) * 1e3 / diff(r.gt_end, r.gt_start));
     // The parts, where recorded, each in order (a record out of order is a bad one and left out).
@@ -87,6 +91,9 @@ TimelineSummary summarize_timeline(std::span<const kernels::WgmmaTimelineRecord>
   s.launch_gap = median(std::move(launch_gap));
   s.epi_first_panel = median(std::move(first_panel));
   s.epi_per_panel = median(std::move(per_panel));
+  s.end_skew = median(std::move(end_skew));
+  s.wg1_ends_last = s.ctas > 0 ? static_cast<double>(wg1_last) / static_cast<double>(s.ctas)
+                               : std::numeric_limits<double>::quiet_NaN();
   return s;
 }
 

@@ -34,6 +34,9 @@ struct TimelineSummary {
   // The epilogue's panels (NaN where a record lacks them: builds before 2026-12-08's)
   double epi_first_panel{0};  ///< the row-sum barrier to WG0's first panel staged (finalize, first staging)
   double epi_per_panel{0};    ///< WG0's first panel staged to its last, over the panels between (a panel's staging)
+  // Which warpgroup ends the CTA (the tail's parts are WG0's)
+  double end_skew{0};         ///< WG1's end minus WG0's (negative: WG0 ends last)
+  double wg1_ends_last{0};    ///< the share of CTAs whose WG1 ends after WG0
 };
 
 /// Sums up one launch's records (any order; the SM of each record is its smid).

@@ -62,6 +62,8 @@ TEST_CASE("bench timeline: phases and gaps of CTAs in any order", "[bench][timel
   CHECK(t.producer_slack == 300);
   CHECK(t.cta == 25'000);    // 23200, 24000, 25000, 25300, 26000
   CHECK(std::abs(t.sm_mhz - 2'000.0) < 1.0);
+  CHECK(t.end_skew == -50);  // cta(): WG1 ends 50 cycles before WG0
+  CHECK(t.wg1_ends_last == 0.0);
 }
 
 TEST_CASE("bench timeline: an overlapping pair on one SM is counted apart, not as a gap", "[bench][timeline]") {
@@ -90,6 +92,8 @@ TEST_CASE("bench timeline: no complete record gives NaN medians and no counts", 
   CHECK(std::isnan(t.launch_gap));
   CHECK(std::isnan(t.epi_first_panel));
   CHECK(std::isnan(t.epi_per_panel));
+  CHECK(std::isnan(t.end_skew));
+  CHECK(std::isnan(t.wg1_ends_last));
 }
 
 TEST_CASE("bench timeline: the start and the tail in parts", "[bench][timeline]") {
@@ -175,4 +179,18 @@ TEST_CASE("bench timeline: the epilogue's panels", "[bench][timeline]") {
   CHECK(t.ctas == 5);
   CHECK(t.epi_first_panel == 650);  // 500, 600, 700, 900
   CHECK(t.epi_per_panel == 350);    // 200, 300, 400, 500
+}
+
+TEST_CASE("bench timeline: which warpgroup ends the CTA", "[bench][timeline]") {
+  std::vector<WgmmaTimelineRecord> recs;
+  const long long skew[] = {-50, 120, 300, 80};  // WG1's end minus WG0's
+  for (int k = 0; k < 4; ++k) {
+    WgmmaTimelineRecord r = cta(static_cast<unsigned>(k), 1'000, 2'000, 10'000, 3'000);
+    r.end[1] = static_cast<unsigned long long>(static_cast<long long>(r.end[0]) + skew[k]);
+    recs.push_back(r);
+  }
+  const TimelineSummary t = summarize_timeline(recs);
+  CHECK(t.ctas == 4);
+  CHECK(t.end_skew == 100);         // -50, 80, 120, 300
+  CHECK(t.wg1_ends_last == 0.75);   // three of four
 }
