@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -208,16 +209,16 @@ struct ProbeShape {
 };
 
 ProbeShape probe_shape() {
-  int device = 0;
-  int sms = 0;
+  core::DeviceInfo info;
+  SPG_CUDA_TRY(core::current_device_info(info));
   int optin = 0;
-  SPG_CUDA_TRY(cudaGetDevice(&device));
-  SPG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  SPG_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  SPG_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, info.device));
   ProbeShape shape;
-  shape.wide_grid = static_cast<unsigned>(8 * sms);
+  shape.wide_grid = static_cast<unsigned>(8 * info.sms);
   shape.dyn_smem_bytes = std::min(200 * 1024, optin);
-  SPG_CUDA_TRY(cudaFuncSetAttribute(dyn_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shape.dyn_smem_bytes));
+  static std::atomic<std::uint64_t> raised{0};
+  SPG_CUDA_TRY(core::allow_dynamic_smem_once(reinterpret_cast<const void*>(&dyn_smem_kernel), shape.dyn_smem_bytes,
+                                             info, raised));
   return shape;
 }
 
